@@ -1,0 +1,210 @@
+"""Attention tensor layouts and the input checks every implementation shares.
+
+FA3's layouts:
+  batched  q (batch, seqlen_q, heads_q, head_dim), k/v (batch, seqlen_k, heads_kv, head_dim)
+  varlen   q (total_q, heads_q, head_dim), k/v (total_k, heads_kv, head_dim),
+           with int32 cu_seqlens_q / cu_seqlens_k of shape (batch + 1,)
+Descales are float32 (batch, heads_kv), any strides (stride 0 from expand() included).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterator
+
+import torch
+
+__all__ = [
+    "AttentionShape",
+    "FP8_ATTENTION_DTYPES",
+    "check_attention_inputs",
+    "check_descale",
+    "sequences",
+]
+
+FP8_ATTENTION_DTYPES = (torch.float8_e4m3fn,)
+_FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+
+@dataclass(frozen=True)
+class AttentionShape:
+    """What `check_attention_inputs` learned about a call.
+
+    `seqlens_q` / `seqlens_k` list each sequence's length (all equal when batched).
+    """
+
+    batch: int
+    heads_q: int
+    heads_kv: int
+    head_dim: int
+    head_dim_v: int
+    seqlens_q: tuple[int, ...]
+    seqlens_k: tuple[int, ...]
+    varlen: bool
+    fp8: bool
+
+    @property
+    def group_size(self) -> int:
+        """Query heads per KV head (1 = MHA, heads_q = MQA)."""
+        return self.heads_q // self.heads_kv
+
+    @property
+    def max_seqlen_q(self) -> int:
+        return max(self.seqlens_q, default=0)
+
+    @property
+    def max_seqlen_k(self) -> int:
+        return max(self.seqlens_k, default=0)
+
+
+def _dtype_name(t: torch.Tensor) -> str:
+    return str(t.dtype).replace("torch.", "")
+
+
+def check_descale(
+    name: str,
+    descale: torch.Tensor | None,
+    batch: int,
+    heads_kv: int,
+    device: torch.device | None = None,
+) -> None:
+    """Check one FA3 descale: float32 `(batch, heads_kv)`, finite and > 0, on `device`.
+
+    Any strides are accepted (FA3 passes stride(0)/stride(1) through), so an
+    `expand()`ed scalar is fine. `None` means 1.0 and passes.
+    """
+    if descale is None:
+        return
+    if not isinstance(descale, torch.Tensor):
+        raise TypeError(f"{name}: expected a float32 tensor of shape ({batch}, {heads_kv}), got {type(descale).__name__}")
+    if descale.dtype != torch.float32:
+        raise TypeError(f"{name}: expected dtype float32, got {_dtype_name(descale)}")
+    if tuple(descale.shape) != (batch, heads_kv):
+        raise ValueError(
+            f"{name}: expected shape (batch, heads_kv) = ({batch}, {heads_kv}), got {tuple(descale.shape)}"
+        )
+    if device is not None and descale.device != torch.device(device):
+        raise ValueError(f"{name}: expected it on {device} like q, got {descale.device}")
+    if descale.numel() and not bool(torch.isfinite(descale).all()):
+        raise ValueError(f"{name}: every descale must be finite, got {descale.tolist()}")
+    if descale.numel() and not bool((descale > 0).all()):
+        raise ValueError(f"{name}: every descale must be > 0, got min {descale.min().item()}")
+
+
+def _check_cu_seqlens(name: str, cu: torch.Tensor, total: int, device: torch.device) -> tuple[int, ...]:
+    if not isinstance(cu, torch.Tensor) or cu.dtype != torch.int32 or cu.dim() != 1 or cu.numel() < 2:
+        got = f"{_dtype_name(cu)} {tuple(cu.shape)}" if isinstance(cu, torch.Tensor) else type(cu).__name__
+        raise ValueError(f"{name}: expected an int32 tensor of shape (batch + 1,) with batch >= 1, got {got}")
+    if cu.device != device:
+        raise ValueError(f"{name}: expected it on {device} like q, got {cu.device}")
+    values = cu.tolist()
+    if values[0] != 0:
+        raise ValueError(f"{name}: must start at 0, got {values[0]}")
+    lengths = tuple(b - a for a, b in zip(values[:-1], values[1:]))
+    if any(n < 0 for n in lengths):
+        raise ValueError(f"{name}: must be non-decreasing, got {values}")
+    if values[-1] != total:
+        raise ValueError(f"{name}: last entry must equal the {total} tokens in the tensor, got {values[-1]}")
+    return lengths
+
+
+def check_attention_inputs(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    q_descale: torch.Tensor | None = None,
+    k_descale: torch.Tensor | None = None,
+    v_descale: torch.Tensor | None = None,
+    cu_seqlens_q: torch.Tensor | None = None,
+    cu_seqlens_k: torch.Tensor | None = None,
+    max_seqlen_q: int | None = None,
+    max_seqlen_k: int | None = None,
+) -> AttentionShape:
+    """Validate an attention call in FA3's layouts and return its shape.
+
+    Raises TypeError for dtypes and ValueError for shapes, devices, strides,
+    cu_seqlens and descales, each naming the tensor, what was expected and what came.
+    """
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
+    if not (q.dtype == k.dtype == v.dtype):
+        raise TypeError(
+            f"q, k and v must share one dtype, got q {_dtype_name(q)}, k {_dtype_name(k)}, v {_dtype_name(v)}"
+        )
+    if q.dtype not in FP8_ATTENTION_DTYPES + _FLOAT_DTYPES:
+        allowed = ", ".join(str(d).replace("torch.", "") for d in FP8_ATTENTION_DTYPES + _FLOAT_DTYPES)
+        raise TypeError(f"q/k/v: expected one of {allowed}, got {_dtype_name(q)}")
+    if not (q.device == k.device == v.device):
+        raise ValueError(f"q, k and v must be on one device, got {q.device}, {k.device}, {v.device}")
+    fp8 = q.dtype in FP8_ATTENTION_DTYPES
+    if not fp8 and any(d is not None for d in (q_descale, k_descale, v_descale)):
+        raise ValueError(f"descales apply to FP8 inputs only, got q/k/v in {_dtype_name(q)}")
+
+    varlen = cu_seqlens_q is not None or cu_seqlens_k is not None
+    if varlen:
+        if cu_seqlens_q is None or cu_seqlens_k is None:
+            raise ValueError("varlen needs both cu_seqlens_q and cu_seqlens_k, got only one")
+        for name, t in (("q", q), ("k", k), ("v", v)):
+            if t.dim() != 3:
+                raise ValueError(f"{name}: varlen expects (total_tokens, heads, head_dim), got shape {tuple(t.shape)}")
+        lens_q = _check_cu_seqlens("cu_seqlens_q", cu_seqlens_q, q.shape[0], q.device)
+        lens_k = _check_cu_seqlens("cu_seqlens_k", cu_seqlens_k, k.shape[0], q.device)
+        if len(lens_q) != len(lens_k):
+            raise ValueError(
+                f"cu_seqlens_q and cu_seqlens_k must describe the same batch, got {len(lens_q)} and {len(lens_k)} sequences"
+            )
+        if k.shape[0] != v.shape[0]:
+            raise ValueError(f"k and v must hold the same tokens, got {k.shape[0]} and {v.shape[0]}")
+        for name, given, lens in (("max_seqlen_q", max_seqlen_q, lens_q), ("max_seqlen_k", max_seqlen_k, lens_k)):
+            if given is not None and given < max(lens):
+                raise ValueError(f"{name}: must be >= the longest sequence ({max(lens)}), got {given}")
+        batch = len(lens_q)
+        _, heads_q, head_dim = q.shape
+        _, heads_kv, head_dim_k = k.shape
+        heads_v, head_dim_v = v.shape[1], v.shape[2]
+    else:
+        for name, t in (("q", q), ("k", k), ("v", v)):
+            if t.dim() != 4:
+                raise ValueError(
+                    f"{name}: expected (batch, seqlen, heads, head_dim), or 3-D with cu_seqlens for varlen, got shape {tuple(t.shape)}"
+                )
+        batch, seqlen_q, heads_q, head_dim = q.shape
+        if k.shape[0] != batch or v.shape[0] != batch:
+            raise ValueError(f"batch sizes differ: q {batch}, k {k.shape[0]}, v {v.shape[0]}")
+        if k.shape[1] != v.shape[1]:
+            raise ValueError(f"k and v must have the same seqlen, got {k.shape[1]} and {v.shape[1]}")
+        heads_kv, head_dim_k = k.shape[2], k.shape[3]
+        heads_v, head_dim_v = v.shape[2], v.shape[3]
+        lens_q = (seqlen_q,) * batch
+        lens_k = (k.shape[1],) * batch
+
+    if head_dim_k != head_dim:
+        raise ValueError(f"q and k must share head_dim, got {head_dim} and {head_dim_k}")
+    if heads_v != heads_kv:
+        raise ValueError(f"k and v must have the same number of heads, got {heads_kv} and {heads_v}")
+    if heads_kv == 0 or heads_q % heads_kv != 0:
+        raise ValueError(f"heads_q ({heads_q}) must be a multiple of heads_kv ({heads_kv}) for GQA/MQA")
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if t.numel() and t.stride(-1) != 1:
+            raise ValueError(f"{name}: the last dim (head_dim) must be contiguous (stride 1), got stride {t.stride(-1)}")
+    for name, d in (("q_descale", q_descale), ("k_descale", k_descale), ("v_descale", v_descale)):
+        check_descale(name, d, batch, heads_kv, q.device)
+    return AttentionShape(batch, heads_q, heads_kv, head_dim, head_dim_v, lens_q, lens_k, varlen, fp8)
+
+
+def sequences(shape: AttentionShape) -> Iterator[tuple[int, slice | int, slice | int]]:
+    """Yield `(b, q_index, k_index)` selecting each sequence's tokens.
+
+    Batched: `q[q_index]` is `q[b]`, shape (seqlen_q, heads, dim).
+    Varlen: `q[q_index]` is the token slice of sequence b, same shape.
+    """
+    if not shape.varlen:
+        for b in range(shape.batch):
+            yield b, b, b
+        return
+    starts_q = [0, *torch.cumsum(torch.tensor(shape.seqlens_q), 0).tolist()]
+    starts_k = [0, *torch.cumsum(torch.tensor(shape.seqlens_k), 0).tolist()]
+    for b in range(shape.batch):
+        yield b, slice(starts_q[b], starts_q[b + 1]), slice(starts_k[b], starts_k[b + 1])
