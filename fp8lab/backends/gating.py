@@ -1,0 +1,436 @@
+"""Which attention backend runs a call, and why the others do not: a pure decision.
+
+Nothing here touches a GPU or imports a provider. `decide` takes a *simulated*
+device (a compute capability, or None for the CPU), the set of providers that
+are installed, the request (dtype, head dims, lse or not) and the environment,
+and returns a `Decision`: the backend and provider chosen and, for every
+provider passed over, the reasons. Tests and notebook 04 drive it with Ampere,
+Ada, Hopper, Blackwell and CPU "devices" that this machine does not have.
+
+The FlashAttention version rule mirrors vLLM's (vllm-project/vllm,
+`vllm/v1/attention/backends/fa_utils.py::get_flash_attn_version` and
+`flash_attn_supports_fp8`; `vllm/vllm_flash_attn/flash_attn_interface.py::
+_is_fa2_supported/_is_fa3_supported`):
+
+1. default: FA3 if the major compute capability is 9 and FA3 is available, else FA2;
+2. an override (vLLM: `VLLM_FLASH_ATTN_VERSION`, now a config field; here
+   `FP8LAB_FLASH_ATTN_VERSION=2|3`) replaces the default;
+3. Blackwell (major >= 10) falls back from FA3 (vLLM: to FA4 if supported,
+   else FA2; fp8lab has no FA4, so FA2);
+4. the version must then be supported (FA2: capability >= 8.0, FA3: 9.x), else
+   there is no FlashAttention at all (vLLM returns None).
+
+FP8 inputs need FA3 on 9.x (`flash_attn_supports_fp8`). FA2 given FP8 is
+rejected with a reason saying what to do; `fp8_fallback="dequantize"` lets FA2
+(or SDPA) run on the dequantized bf16 inputs instead.
+
+Per-provider input rules come from the kernels' own checks (Dao-AILab/
+flash-attention `hopper/flash_api.cpp`: head_size <= 256, a multiple of 8 for
+16-bit and 16 for FP8 inputs, different V head dims only on Hopper in two
+ranges; compiled tiles for head dims 64, 96, 128, 192, 256, smaller dims padded
+up to the next tile).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Iterable, Mapping
+
+__all__ = [
+    "BACKENDS",
+    "DTYPES",
+    "PROVIDERS",
+    "Decision",
+    "Device",
+    "ProviderSpec",
+    "Request",
+    "architecture",
+    "decide",
+    "flash_attn_supports_fp8",
+    "flash_attn_version",
+    "is_fa_version_supported",
+    "provider_order",
+    "provider_reasons",
+]
+
+BACKENDS = ("fa3", "fa2", "sdpa", "triton", "reference")
+# dtype names used by gating (torch-free so simulated requests need no tensors).
+DTYPES = ("fp8", "bf16", "fp16", "fp32", "fp64")
+FA3_TILE_HEAD_DIMS = (64, 96, 128, 192, 256)
+VERSION_ENV = "FP8LAB_FLASH_ATTN_VERSION"
+FP8_FALLBACKS = ("error", "dequantize")
+
+
+
+def architecture(capability: tuple[int, int] | None) -> str:
+    """NVIDIA architecture name for a compute capability ("CPU" for None)."""
+    if capability is None:
+        return "CPU"
+    if capability == (8, 9):
+        return "Ada"
+    return {7: "Volta/Turing", 8: "Ampere", 9: "Hopper", 10: "Blackwell", 11: "Blackwell", 12: "Blackwell"}.get(
+        capability[0], "unknown"
+    )
+
+
+@dataclass(frozen=True)
+class Device:
+    """A real or simulated device: `capability` (major, minor) for a CUDA GPU, None for the CPU."""
+
+    capability: tuple[int, int] | None = None
+    name: str = ""
+
+    @property
+    def is_cuda(self) -> bool:
+        return self.capability is not None
+
+    def describe(self) -> str:
+        if self.capability is None:
+            return self.name or "CPU"
+        major, minor = self.capability
+        arch = architecture(self.capability)
+        label = self.name or f"sm_{major}{minor}"
+        return f"{label} (compute capability {major}.{minor}, {arch})"
+
+
+@dataclass(frozen=True)
+class Request:
+    """What a call needs: dtype name (see `DTYPES`), head dims, and whether lse is wanted."""
+
+    dtype: str
+    head_dim: int
+    head_dim_v: int | None = None
+    return_lse: bool = False
+    fp8_fallback: str = "error"
+
+    def __post_init__(self) -> None:
+        if self.dtype not in DTYPES:
+            raise ValueError(f"dtype: expected one of {DTYPES}, got {self.dtype!r}")
+        if self.fp8_fallback not in FP8_FALLBACKS:
+            raise ValueError(f"fp8_fallback: expected one of {FP8_FALLBACKS}, got {self.fp8_fallback!r}")
+
+    @property
+    def dv(self) -> int:
+        return self.head_dim if self.head_dim_v is None else self.head_dim_v
+
+
+@dataclass(frozen=True)
+class ProviderSpec:
+    """What one provider can run, as data (the adapters live in `providers.py`)."""
+
+    name: str
+    backend: str
+    summary: str
+    dtypes: tuple[str, ...]
+    cuda: bool = True  # runs on CUDA GPUs
+    cpu: bool = False  # runs on the CPU (triton: only under TRITON_INTERPRET=1)
+    min_capability: tuple[int, int] = (8, 0)
+    capability_major: int | None = None  # 9 for FA3: only this family
+    head_dims: str = "any"  # "fa3" | "fa2" | "any" | "triton"
+    returns_lse: bool = True
+    fp8_min_capability: tuple[int, int] | None = None
+
+
+# The registry, in the default order within each backend. Names are what users
+# write in backend="fa3:<name>" and in FP8LAB_<BACKEND>_PROVIDERS.
+PROVIDERS: dict[str, ProviderSpec] = {
+    s.name: s
+    for s in (
+        ProviderSpec("vllm", "fa3", "vllm.vllm_flash_attn.flash_attn_varlen_func(fa_version=3) (pip install fp8lab[vllm])",
+                     ("fp8", "bf16", "fp16"), capability_major=9, head_dims="fa3"),
+        ProviderSpec("vllm-so", "fa3", "vLLM's _vllm_fa3_C.abi3.so via torch.ops.load_library (fp8lab fa3 fetch)",
+                     ("fp8", "bf16", "fp16"), capability_major=9, head_dims="fa3"),
+        ProviderSpec("fa3-fwd", "fa3", "fa3_fwd_interface from the fa3-fwd wheel (pip install fp8lab[fa3]); no fp16",
+                     ("fp8", "bf16"), capability_major=9, head_dims="fa3"),
+        ProviderSpec("flash-attn-3", "fa3", "upstream flash_attn_interface built from Dao-AILab/flash-attention hopper/",
+                     ("fp8", "bf16", "fp16"), capability_major=9, head_dims="fa3"),
+        ProviderSpec("vllm-fa2", "fa2", "vllm.vllm_flash_attn.flash_attn_varlen_func(fa_version=2)",
+                     ("bf16", "fp16"), head_dims="fa2"),
+        ProviderSpec("flash-attn-2", "fa2", "flash_attn 2.x (flash_attn_func / flash_attn_varlen_func)",
+                     ("bf16", "fp16"), head_dims="fa2"),
+        ProviderSpec("sdpa-flash", "fa2", "torch SDPA forced to its FlashAttention-2 backend (no lse)",
+                     ("bf16", "fp16"), head_dims="fa2", returns_lse=False),
+        ProviderSpec("sdpa", "sdpa", "torch.nn.functional.scaled_dot_product_attention, default dispatch (cuDNN/flash/efficient/math; no lse)",
+                     ("bf16", "fp16", "fp32", "fp64"), cpu=True, min_capability=(0, 0), returns_lse=False),
+        ProviderSpec("sdpa-cudnn", "sdpa", "torch SDPA forced to cuDNN attention (no lse)",
+                     ("bf16", "fp16"), head_dims="fa3", returns_lse=False),
+        ProviderSpec("triton", "triton", "fp8lab.kernels.fp8_attention, our Triton kernel",
+                     ("fp8",), cpu=True, head_dims="triton", fp8_min_capability=(8, 9)),
+        ProviderSpec("reference", "reference", "fp8lab.reference: attention_fa3_fp8 (FP8) / attention_exact (float64 math)",
+                     DTYPES, cpu=True, min_capability=(0, 0)),
+    )
+}
+
+
+def provider_order(backend: str, env: Mapping[str, str] | None = None) -> list[str]:
+    """Provider names of `backend` in search order; `FP8LAB_<BACKEND>_PROVIDERS=a,b` overrides it."""
+    if backend not in BACKENDS:
+        raise ValueError(f"backend: expected one of {BACKENDS}, got {backend!r}")
+    default = [s.name for s in PROVIDERS.values() if s.backend == backend]
+    env = os.environ if env is None else env
+    var = f"FP8LAB_{backend.upper()}_PROVIDERS"
+    if not env.get(var):
+        return default
+    names = [n.strip() for n in env[var].split(",") if n.strip()]
+    unknown = [n for n in names if n not in default]
+    if unknown:
+        raise ValueError(f"{var}: unknown {backend} providers {unknown}; known: {default}")
+    return names
+
+
+def _head_dim_reasons(rule: str, req: Request) -> list[str]:
+    d, dv = req.head_dim, req.dv
+    if rule == "any":
+        return []
+    if rule == "triton":
+        ok = d == dv and d in (16, 32, 64, 128, 256)
+        return [] if ok else [f"the Triton kernel needs equal power-of-two head dims 16..256, got {d}/{dv}"]
+    reasons = []
+    align = 16 if req.dtype == "fp8" else 8
+    for label, x in (("head_dim", d), ("head_dim_v", dv)):
+        if x > 256 and not (label == "head_dim_v" and rule == "fa3" and d <= 64 and req.dtype != "fp8" and x <= 512):
+            reasons.append(f"{label} {x} > 256, the largest FlashAttention supports")
+        if x % align:
+            why = "FP8 inputs" if align == 16 else "16-bit inputs"
+            reasons.append(f"{label} {x} is not a multiple of {align} (required for {why})")
+    if d != dv:
+        if rule == "fa2":
+            reasons.append(f"head_dim_v {dv} != head_dim {d}: FA2 needs equal head dims")
+        elif not ((128 < d <= 192 and 96 < dv <= 128) or (d <= 64 and dv <= 512)):
+            reasons.append(
+                f"head_dim {d} with head_dim_v {dv}: FA3 allows different V dims only for "
+                "Q/K in (128, 192] with V in (96, 128], or Q/K <= 64 with V <= 512"
+            )
+    return reasons
+
+
+def provider_reasons(
+    spec: ProviderSpec, device: Device, req: Request, env: Mapping[str, str] | None = None
+) -> tuple[list[str], bool]:
+    """Why `spec` cannot run `req` on `device` (empty = it can), and whether it needs dequantized inputs."""
+    env = os.environ if env is None else env
+    reasons: list[str] = []
+    dequantize = False
+    if device.capability is None:
+        if not spec.cpu:
+            reasons.append("needs a CUDA GPU; this is the CPU")
+        elif spec.backend == "triton" and env.get("TRITON_INTERPRET", "0") in ("", "0"):
+            reasons.append("on the CPU Triton runs only in its interpreter: set TRITON_INTERPRET=1 before importing triton")
+    else:
+        cap = device.capability
+        if not spec.cuda:
+            reasons.append("runs on the CPU only")
+        elif spec.capability_major is not None and cap[0] != spec.capability_major:
+            reasons.append(
+                f"FA3 kernels are built for compute capability {spec.capability_major}.x (Hopper) only; "
+                f"this is {device.describe()}"
+                + ("; Blackwell falls back from FA3 (vLLM: to FA4, else FA2)" if cap[0] >= 10 else "")
+            )
+        elif cap < spec.min_capability:
+            reasons.append(f"needs compute capability >= {spec.min_capability[0]}.{spec.min_capability[1]}, this is {cap[0]}.{cap[1]}")
+        if req.dtype == "fp8" and spec.fp8_min_capability and cap < spec.fp8_min_capability:
+            m = spec.fp8_min_capability
+            reasons.append(f"FP8 tensor-core MMAs need compute capability >= {m[0]}.{m[1]} (Ada/Hopper), this is {cap[0]}.{cap[1]}")
+    if req.dtype not in spec.dtypes:
+        if req.dtype == "fp8" and "bf16" in spec.dtypes and req.fp8_fallback == "dequantize":
+            dequantize = True
+        elif req.dtype == "fp8" and spec.backend == "fa2":
+            reasons.append(
+                "FA2 cannot run FP8 inputs: FP8 attention needs FA3 on a compute capability 9.x (Hopper) GPU "
+                "(vLLM: 'FlashAttention does not support fp8 kv-cache on this device'). Use backend='fa3' on Hopper, "
+                "backend='triton' on Ada/Hopper, backend='reference' anywhere, or pass fp8_fallback='dequantize' "
+                "to run FA2 on the dequantized bf16 inputs"
+            )
+        elif req.dtype == "fp8":
+            reasons.append(f"{spec.name} takes {'/'.join(spec.dtypes)}, not FP8 (fp8_fallback='dequantize' runs it on dequantized bf16)")
+        else:
+            reasons.append(f"{spec.name} takes {'/'.join(spec.dtypes)}, not {req.dtype}")
+    req_eff = Request("bf16", req.head_dim, req.head_dim_v, req.return_lse) if dequantize else req
+    reasons += _head_dim_reasons(spec.head_dims, req_eff)
+    if req.return_lse and not spec.returns_lse:
+        reasons.append("does not return the logsumexp (return_lse=True)")
+    return reasons, dequantize
+
+
+def is_fa_version_supported(
+    version: int, capability: tuple[int, int] | None, available: Iterable[str]
+) -> tuple[bool, str | None]:
+    """vLLM's `_is_fa2_supported` / `_is_fa3_supported`: installed, and the right compute capability."""
+    available = set(available)
+    backend = {2: "fa2", 3: "fa3"}.get(version)
+    if backend is None:
+        raise ValueError(f"FlashAttention version: expected 2 or 3, got {version!r}")
+    if not any(PROVIDERS[n].backend == backend for n in available if n in PROVIDERS):
+        return False, f"FA{version} is unavailable: no {backend} provider installed ({', '.join(provider_order(backend, {}))})"
+    if capability is None:
+        return False, f"FA{version} needs a CUDA GPU"
+    if version == 2 and capability < (8, 0):
+        return False, "FA2 is only supported on devices with compute capability >= 8"
+    if version == 3 and capability[0] != 9:
+        return False, "FA3 is only supported on devices with compute capability 9.x"
+    return True, None
+
+
+def _override(env: Mapping[str, str]) -> int | None:
+    raw = env.get(VERSION_ENV, "").strip()
+    if not raw:
+        return None
+    if raw not in ("2", "3"):
+        raise ValueError(f"{VERSION_ENV}: expected 2 or 3, got {raw!r}")
+    return int(raw)
+
+
+def flash_attn_version(
+    capability: tuple[int, int] | None,
+    available: Iterable[str],
+    env: Mapping[str, str] | None = None,
+) -> tuple[int | None, list[str]]:
+    """vLLM's `get_flash_attn_version` for fp8lab: the FA version to use (None = none) and notes on why."""
+    env = os.environ if env is None else env
+    available = set(available)
+    notes: list[str] = []
+    if capability is None:
+        return None, ["no CUDA device: no FlashAttention"]
+    fa3_ok, _ = is_fa_version_supported(3, capability, available)
+    version = 3 if capability[0] == 9 and fa3_ok else 2
+    notes.append(f"default FA{version}: " + ("capability 9.x and FA3 available" if version == 3 else "not (capability 9.x and FA3 available)"))
+    override = _override(env)
+    if override is not None:
+        notes.append(f"{VERSION_ENV}={override} overrides the default")
+        version = override
+    if capability[0] >= 10 and version == 3:
+        notes.append("cannot use FA3 on Blackwell (capability >= 10): falling back to FA2 (vLLM: FA4 if supported)")
+        version = 2
+    ok, reason = is_fa_version_supported(version, capability, available)
+    if not ok:
+        notes.append(f"FA{version} is not supported: {reason}")
+        return None, notes
+    return version, notes
+
+
+def flash_attn_supports_fp8(
+    capability: tuple[int, int] | None, available: Iterable[str], env: Mapping[str, str] | None = None
+) -> bool:
+    """vLLM's `flash_attn_supports_fp8`: the chosen version is FA3 and the device is 9.x."""
+    version, _ = flash_attn_version(capability, available, env)
+    return version == 3 and capability is not None and capability[0] == 9
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The outcome of `decide`: chosen provider (None when nothing can run) and the reasons for the rest."""
+
+    backend: str | None
+    provider: str | None
+    dequantize: bool
+    fa_version: int | None
+    rejected: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
+    request: Request | None = None
+    device: Device | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.provider is not None
+
+    def label(self) -> str:
+        """Short form for tables: 'fa3:vllm-so', 'fa2:sdpa-flash (dequantized)', or 'error'."""
+        if not self.ok:
+            return "error"
+        return f"{self.backend}:{self.provider}" + (" (dequantized)" if self.dequantize else "")
+
+    def explain(self) -> str:
+        """Every step and rejection, one line each."""
+        lines = [f"chosen: {self.label()}"]
+        lines += [f"note: {n}" for n in self.notes]
+        lines += [f"rejected {name}: {'; '.join(r)}" for name, r in self.rejected.items()]
+        return "\n".join(lines)
+
+    def error_message(self, asked: str) -> str:
+        req, dev = self.request, self.device
+        what = f"{req.dtype} inputs, head_dim {req.head_dim}" + (f"/{req.dv}" if req and req.dv != req.head_dim else "") if req else "this call"
+        where = dev.describe() if dev else "this device"
+        lines = [f"no attention provider for backend={asked!r} can run {what} on {where}:"]
+        lines += [f"  - {name}: {'; '.join(r)}" for name, r in self.rejected.items()]
+        lines += [f"  (note: {n})" for n in self.notes]
+        return "\n".join(lines)
+
+
+def _parse_backend(backend: str) -> tuple[str, str | None]:
+    if not isinstance(backend, str):
+        raise TypeError(f"backend: expected a str, got {type(backend).__name__}")
+    name, _, provider = backend.partition(":")
+    if name not in BACKENDS + ("auto",):
+        raise ValueError(f"backend: expected 'auto', one of {BACKENDS}, or '<backend>:<provider>', got {backend!r}")
+    if provider:
+        if provider not in PROVIDERS or PROVIDERS[provider].backend != name:
+            known = [s.name for s in PROVIDERS.values() if s.backend == name]
+            raise ValueError(f"backend {backend!r}: {name} has providers {known}, got {provider!r}")
+        return name, provider
+    return name, None
+
+
+def decide(
+    device: Device,
+    available: Iterable[str],
+    request: Request,
+    backend: str = "auto",
+    env: Mapping[str, str] | None = None,
+    unavailable_reasons: Mapping[str, str] | None = None,
+) -> Decision:
+    """Choose the provider for `request` on `device` given the installed providers `available`.
+
+    backend="auto": the FlashAttention version by vLLM's rule, then triton
+    (FP8 only), then sdpa, then (on the CPU only) the reference. An explicit
+    backend ("fa3", "fa2", "sdpa", "triton", "reference", or "fa3:fa3-fwd" for
+    one provider) considers only its providers. `unavailable_reasons` maps a
+    provider that is not available to why (shown in the rejections).
+    """
+    env = os.environ if env is None else env
+    available = set(available)
+    unknown = available - set(PROVIDERS)
+    if unknown:
+        raise ValueError(f"available: unknown providers {sorted(unknown)}; known: {list(PROVIDERS)}")
+    unavailable_reasons = dict(unavailable_reasons or {})
+    name, pinned = _parse_backend(backend)
+    rejected: dict[str, tuple[str, ...]] = {}
+    notes: list[str] = []
+    fa_version = None
+
+    if name == "auto":
+        fa_version, notes = flash_attn_version(device.capability, available, env)
+        candidates: list[str] = []
+        for version in (3, 2):
+            for p in provider_order(f"fa{version}", env):
+                if version == fa_version:
+                    candidates.append(p)
+                elif p in available and device.is_cuda:
+                    rejected[p] = (f"the FlashAttention version rule chose FA{fa_version}" if fa_version else "the FlashAttention version rule chose no FA",)
+        if request.dtype == "fp8" and fa_version is not None and fa_version != 3:
+            notes.append("FP8 needs FA3 (flash_attn_supports_fp8 is False here)")
+        candidates += provider_order("triton", env) + provider_order("sdpa", env) + provider_order("reference", env)
+    else:
+        candidates = [pinned] if pinned else provider_order(name, env)
+
+    for p in candidates:
+        spec = PROVIDERS[p]
+        if p not in available:
+            rejected[p] = (unavailable_reasons.get(p, "not installed"),)
+            continue
+        if name == "auto" and spec.backend == "reference" and device.is_cuda:
+            rejected[p] = ("auto never picks the slow reference on a GPU; ask for backend='reference'",)
+            continue
+        if name == "auto" and spec.backend == "triton" and request.dtype != "fp8":
+            rejected[p] = ("auto uses the Triton kernel for FP8 inputs only",)
+            continue
+        if name == "auto" and spec.backend == "triton" and not device.is_cuda:
+            rejected[p] = ("auto never picks the Triton interpreter on the CPU; ask for backend='triton'",)
+            continue
+        reasons, dequantize = provider_reasons(spec, device, request, env)
+        if reasons:
+            rejected[p] = tuple(reasons)
+            continue
+        version = {"fa3": 3, "fa2": 2}.get(spec.backend)
+        return Decision(spec.backend, p, dequantize, version, rejected, tuple(notes), request, device)
+    return Decision(None, None, False, fa_version, rejected, tuple(notes), request, device)

@@ -1,0 +1,88 @@
+"""The environment fp8lab runs in: versions, device, compute capability.
+
+`context()` is stamped on every recorded result so a number never travels
+without the GPU, driver and versions it was measured with.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import importlib.metadata
+import os
+import platform
+import shutil
+import subprocess
+
+import torch
+
+__all__ = ["context", "cuda_capability", "device", "gpu_name", "driver_version", "package_version", "triton_interpret"]
+
+
+def package_version(name: str) -> str | None:
+    """Installed version of a distribution, or None when it is absent."""
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def device() -> torch.device:
+    """The device fp8lab uses by default: the first CUDA GPU if present, else the CPU."""
+    return torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
+
+
+def cuda_capability(index: int = 0) -> tuple[int, int] | None:
+    """Compute capability `(major, minor)` of CUDA device `index`, or None without CUDA."""
+    if not torch.cuda.is_available():
+        return None
+    return torch.cuda.get_device_capability(index)
+
+
+def gpu_name(index: int = 0) -> str | None:
+    return torch.cuda.get_device_name(index) if torch.cuda.is_available() else None
+
+
+def driver_version() -> str | None:
+    """NVIDIA driver version from nvidia-smi, or None where it is not available."""
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return None
+    try:
+        out = subprocess.run(
+            [smi, "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True, text=True, timeout=20, check=True,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.strip().splitlines()[0] if out.strip() else None
+
+
+def triton_interpret() -> bool:
+    """True when Triton kernels run in the CPU interpreter (TRITON_INTERPRET=1)."""
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def context(**extra: object) -> dict:
+    """What a recorded number needs beside it: date, machine, GPU, driver and versions.
+
+    `extra` (shapes, provider names, ...) is merged in.
+    """
+    cap = cuda_capability()
+    ctx = {
+        "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "python": platform.python_version(),
+        "machine": platform.machine(),
+        "torch": torch.__version__,
+        "triton": package_version("triton"),
+        "cuda": torch.version.cuda,
+        "device": str(device()),
+        "gpu": gpu_name(),
+        "compute_capability": f"{cap[0]}.{cap[1]}" if cap else None,
+        "driver": driver_version(),
+        "triton_interpret": triton_interpret(),
+        "fa3_fwd": package_version("fa3-fwd"),
+        "vllm": package_version("vllm"),
+        "fp8lab": package_version("fp8lab"),
+    }
+    ctx.update(extra)
+    return ctx

@@ -1,0 +1,46 @@
+"""Round float32 to the e4m3fn grid inside a Triton kernel, exactly, without an FP8 cast.
+
+Why this exists: Triton 3.9's interpreter (``TRITON_INTERPRET=1``, how CI runs our
+kernels on a CPU) converts float32 -> float8e4nv wrongly whenever rounding
+carries into the exponent (0.49 -> 0.25, 500 -> 256). A kernel that must be
+exact under the interpreter therefore rounds in float32 first; the cast that
+follows sees a value already on the grid and is exact everywhere.
+
+On the GPU the hardware conversion (``cvt.rn.satfinite.e4m3x2.f32``) already
+rounds to nearest-even and saturates, so kernels call this only when asked
+(the ``ROUND_IN_FP32`` switch); the GPU benchmark checks both paths agree bit
+for bit.
+
+The trick, for ``|x| <= 448`` (callers clamp first):
+- normal range ``|x| >= 2^-6``: e4m3 keeps 3 of float32's 23 mantissa bits.
+  Add ``0x7FFFF`` plus the lowest kept bit to the bit pattern, then clear the
+  20 dropped bits: round-to-nearest, ties to even, and a carry out of the
+  mantissa bumps the exponent exactly as it should.
+- subnormal range ``|x| < 2^-6``: the grid is the multiples of ``2^-9``.
+  ``|x| * 512`` is exact (a power of two) and below 8; adding and subtracting
+  ``1.5 * 2^23`` rounds it to an integer with float32's own nearest-even
+  rounding (every float32 above 2^23 is an integer).
+- the sign bit is copied back from ``x`` so ``-0.0`` and tiny negatives keep
+  ``0x80``, as a hardware cast gives.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+__all__ = ["round_to_e4m3"]
+
+
+@triton.jit
+def round_to_e4m3(x):
+    """float32 block, ``|x| <= 448`` -> float32 block on the e4m3fn grid (RNE)."""
+    a = tl.abs(x)
+    bits = a.to(tl.int32, bitcast=True)
+    lsb = (bits >> 20) & 1  # lowest of the 3 mantissa bits e4m3 keeps
+    normal = ((bits + 0x7FFFF + lsb) & -0x100000).to(tl.float32, bitcast=True)  # -0x100000 == 0xFFF00000
+    magic = 12582912.0  # 1.5 * 2^23: adding it rounds anything below 2^22 to an integer
+    subnormal = ((a * 512.0 + magic) - magic) * 0.001953125  # 512 = 2^9; 0.001953125 = 2^-9
+    r = tl.where(a >= 0.015625, normal, subnormal)  # 0.015625 = 2^-6, e4m3's smallest normal
+    sign = x.to(tl.int32, bitcast=True) & -2147483648  # the float32 sign bit, 0x80000000
+    return (r.to(tl.int32, bitcast=True) | sign).to(tl.float32, bitcast=True)

@@ -1,0 +1,198 @@
+"""A paged FP8 KV cache, written and read the way vLLM's FlashAttention backend does.
+
+vLLM keeps K and V in pages ("blocks") of `block_size` tokens:
+  key_cache, value_cache: (num_blocks, block_size, heads_kv, head_dim)
+A token's place is its slot, `block * block_size + offset`; `slot_mapping`
+gives each new token's slot (negative = padding, skipped). With an FP8 cache
+(`kv_cache_dtype` "fp8" or "fp8_e4m3") K and V are divided by their static
+scales, saturated and cast to e4m3fn on write (`reshape_and_cache_flash`);
+attention reads the pages through a block table with the scales passed as
+descales, `k_scale.expand(num_seqs, heads_kv)`: stride 0.
+Q is quantized with a static per-tensor q_scale (`scaled_fp8_quant`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from fp8lab.formats import cast_to_fp8
+
+__all__ = [
+    "KV_CACHE_DTYPES",
+    "PagedKVCache",
+    "cache_torch_dtype",
+    "scaled_fp8_quant",
+    "vllm_dynamic_scales",
+    "kv_bytes_per_token",
+]
+
+# vLLM's kv_cache_dtype names -> torch dtype, for the FlashAttention backend.
+KV_CACHE_DTYPES: dict[str, torch.dtype | None] = {
+    "auto": None,  # the model's dtype
+    "fp8": torch.float8_e4m3fn,
+    "fp8_e4m3": torch.float8_e4m3fn,
+}
+_REJECTED = {"fp8_e5m2": "FlashAttention's FP8 path takes e4m3 only; vLLM rejects fp8_e5m2 for it"}
+
+
+def cache_torch_dtype(kv_cache_dtype: str, model_dtype: torch.dtype = torch.bfloat16) -> torch.dtype:
+    """The torch dtype a vLLM `kv_cache_dtype` name stores K/V in, for FlashAttention."""
+    if kv_cache_dtype in _REJECTED:
+        raise ValueError(f"kv_cache_dtype={kv_cache_dtype!r}: {_REJECTED[kv_cache_dtype]}")
+    if kv_cache_dtype not in KV_CACHE_DTYPES:
+        raise ValueError(f"kv_cache_dtype: expected one of {sorted(KV_CACHE_DTYPES)}, got {kv_cache_dtype!r}")
+    return KV_CACHE_DTYPES[kv_cache_dtype] or model_dtype
+
+
+def kv_bytes_per_token(num_layers: int, heads_kv: int, head_dim: int, dtype: torch.dtype) -> int:
+    """Bytes of K and V one token occupies across all layers."""
+    return 2 * num_layers * heads_kv * head_dim * torch.empty((), dtype=dtype).element_size()
+
+
+def _check_scale(name: str, scale: float | torch.Tensor) -> torch.Tensor:
+    s = torch.as_tensor(scale, dtype=torch.float32)
+    if s.numel() != 1:
+        raise ValueError(f"{name}: expected one per-tensor scale, got shape {tuple(s.shape)}")
+    if not (torch.isfinite(s) and s > 0):
+        raise ValueError(f"{name}: expected a finite scale > 0, got {s.item()}")
+    return s.reshape(())
+
+
+def scaled_fp8_quant(x: torch.Tensor, scale: float | torch.Tensor) -> torch.Tensor:
+    """vLLM's static per-tensor quantization: `clamp(x * (1 / scale), ±448)` cast to e4m3fn.
+
+    x: float tensor of any shape. Returns float8_e4m3fn of the same shape;
+    `result.float() * scale` approximates x.
+    """
+    if not x.is_floating_point():
+        raise TypeError(f"scaled_fp8_quant: expected a floating tensor, got {x.dtype}")
+    s = _check_scale("scale", scale).to(x.device)
+    return cast_to_fp8(x.float() * (1.0 / s), "e4m3fn", overflow="saturate")
+
+
+def vllm_dynamic_scales(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[float, float, float]:
+    """vLLM's `calc_kv_scales` (deprecated 2026-03): from the first batch,
+    q_scale = amax(q)/200, k_scale = amax(k)/200, v_scale = amax(v)/100.
+
+    The divisors leave headroom below e4m3's 448 for later batches.
+    """
+    out = []
+    for name, x, div in (("q", q, 200.0), ("k", k, 200.0), ("v", v, 100.0)):
+        amax = x.detach().abs().max().float()
+        if not torch.isfinite(amax):
+            raise ValueError(f"vllm_dynamic_scales: {name} holds NaN or inf")
+        out.append(max(amax.item() / div, torch.finfo(torch.float32).tiny))
+    return out[0], out[1], out[2]
+
+
+@dataclass
+class PagedKVCache:
+    """One layer's paged KV cache.
+
+    key_cache / value_cache: (num_blocks, block_size, heads_kv, head_dim) in
+    `dtype` (float8_e4m3fn for an FP8 cache); k_scale / v_scale: per-tensor
+    float32 scales (1.0 for a 16-bit cache).
+    """
+
+    key_cache: torch.Tensor
+    value_cache: torch.Tensor
+    k_scale: torch.Tensor
+    v_scale: torch.Tensor
+    kv_cache_dtype: str
+
+    @classmethod
+    def allocate(
+        cls,
+        num_blocks: int,
+        block_size: int,
+        heads_kv: int,
+        head_dim: int,
+        *,
+        kv_cache_dtype: str = "fp8",
+        k_scale: float = 1.0,
+        v_scale: float = 1.0,
+        model_dtype: torch.dtype = torch.bfloat16,
+        device: torch.device | str = "cpu",
+    ) -> "PagedKVCache":
+        dtype = cache_torch_dtype(kv_cache_dtype, model_dtype)
+        if min(num_blocks, block_size, heads_kv, head_dim) <= 0:
+            raise ValueError(
+                f"cache dimensions must be positive, got num_blocks={num_blocks}, block_size={block_size}, "
+                f"heads_kv={heads_kv}, head_dim={head_dim}"
+            )
+        shape = (num_blocks, block_size, heads_kv, head_dim)
+        fp8 = dtype == torch.float8_e4m3fn
+        if not fp8 and (k_scale != 1.0 or v_scale != 1.0):
+            raise ValueError(f"k_scale/v_scale apply to an FP8 cache only, got kv_cache_dtype={kv_cache_dtype!r}")
+        return cls(
+            torch.zeros(shape, dtype=dtype, device=device),
+            torch.zeros(shape, dtype=dtype, device=device),
+            _check_scale("k_scale", k_scale).to(device),
+            _check_scale("v_scale", v_scale).to(device),
+            kv_cache_dtype,
+        )
+
+    @property
+    def block_size(self) -> int:
+        return self.key_cache.shape[1]
+
+    @property
+    def fp8(self) -> bool:
+        return self.key_cache.dtype == torch.float8_e4m3fn
+
+    def write(self, key: torch.Tensor, value: torch.Tensor, slot_mapping: torch.Tensor) -> None:
+        """`reshape_and_cache_flash`: store new tokens' K/V at their slots.
+
+        key/value: (num_tokens, heads_kv, head_dim) float; slot_mapping: int64
+        (num_tokens,), negative entries are padding and are skipped.
+        """
+        num_blocks, block_size, heads_kv, head_dim = self.key_cache.shape
+        if key.shape != value.shape or key.dim() != 3 or key.shape[1:] != (heads_kv, head_dim):
+            raise ValueError(
+                f"key/value: expected (num_tokens, {heads_kv}, {head_dim}) each, got {tuple(key.shape)} and {tuple(value.shape)}"
+            )
+        if slot_mapping.dtype != torch.int64 or slot_mapping.shape != (key.shape[0],):
+            raise ValueError(
+                f"slot_mapping: expected int64 of shape ({key.shape[0]},), got {slot_mapping.dtype} {tuple(slot_mapping.shape)}"
+            )
+        keep = slot_mapping >= 0
+        slots = slot_mapping[keep]
+        if slots.numel() and int(slots.max()) >= num_blocks * block_size:
+            raise ValueError(f"slot_mapping: slot {int(slots.max())} is past the cache's {num_blocks * block_size} slots")
+        if slots.numel() != slots.unique().numel():
+            raise ValueError("slot_mapping: two tokens write the same slot")
+        for cache, x, scale in ((self.key_cache, key, self.k_scale), (self.value_cache, value, self.v_scale)):
+            x = x[keep]
+            stored = scaled_fp8_quant(x, scale) if self.fp8 else x.to(cache.dtype)
+            cache.view(-1, heads_kv, head_dim)[slots] = stored
+
+    def gather(self, block_table: torch.Tensor, seq_lens: list[int]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Read each sequence's K/V through its block table, as a varlen batch.
+
+        block_table: int (num_seqs, max_blocks) of page indices; seq_lens: tokens
+        per sequence. Returns k, v (total_k, heads_kv, head_dim) in the cache's
+        dtype and cu_seqlens_k int32 (num_seqs + 1,).
+        """
+        if block_table.dim() != 2 or block_table.shape[0] != len(seq_lens):
+            raise ValueError(
+                f"block_table: expected ({len(seq_lens)}, max_blocks) for {len(seq_lens)} sequences, got {tuple(block_table.shape)}"
+            )
+        bs = self.block_size
+        ks, vs = [], []
+        for row, n in zip(block_table, seq_lens):
+            need = -(-n // bs)
+            if need > row.numel():
+                raise ValueError(f"a sequence of {n} tokens needs {need} blocks, its block table row has {row.numel()}")
+            pages = row[:need].long()
+            ks.append(self.key_cache[pages].flatten(0, 1)[:n])
+            vs.append(self.value_cache[pages].flatten(0, 1)[:n])
+        cu = torch.tensor([0, *torch.tensor(seq_lens).cumsum(0).tolist()], dtype=torch.int32, device=self.key_cache.device)
+        return torch.cat(ks), torch.cat(vs), cu
+
+    def descales(self, num_seqs: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """k/v descales in FA3's layout, as vLLM passes them: `scale.expand(num_seqs, heads_kv)` (stride 0)."""
+        heads_kv = self.key_cache.shape[2]
+        return self.k_scale.expand(num_seqs, heads_kv), self.v_scale.expand(num_seqs, heads_kv)
+

@@ -1,0 +1,43 @@
+"""fp8lab.env and the fp8lab command."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from fp8lab import cli, env
+
+
+def test_context_has_what_a_record_needs():
+    ctx = env.context(shape="2x8192x32x128")
+    for key in ("date", "torch", "triton", "gpu", "driver", "compute_capability", "fa3_fwd", "device"):
+        assert key in ctx
+    assert ctx["torch"] == torch.__version__ and ctx["shape"] == "2x8192x32x128"
+    assert (ctx["gpu"] is None) == (not torch.cuda.is_available())
+
+
+def test_capability_matches_torch():
+    cap = env.cuda_capability()
+    assert cap == (torch.cuda.get_device_capability() if torch.cuda.is_available() else None)
+
+
+def test_info_json(capsys):
+    assert cli.main(["info", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["torch"] == torch.__version__
+
+
+def test_unknown_command(capsys):
+    assert cli.main(["frobnicate"]) == 2
+    assert "unknown command 'frobnicate'" in capsys.readouterr().err
+
+
+def test_entry_point_runs():
+    out = subprocess.run([sys.executable, "-m", "fp8lab.cli", "notebooks", "list"], capture_output=True, text=True, check=True)
+    assert "00_quickstart" in out.stdout and "08_triton_fp8_attention" in out.stdout
+
+
+@pytest.mark.parametrize("argv", [["fa3"], ["fa3", "pull"]])
+def test_fa3_needs_fetch(argv):
+    assert cli.main(argv) == 2

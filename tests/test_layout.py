@@ -1,0 +1,115 @@
+"""fp8lab.layout: every bad input gets a clear error before any kernel runs."""
+
+import pytest
+import torch
+
+from fp8lab.layout import check_attention_inputs, check_descale, sequences
+
+E4M3 = torch.float8_e4m3fn
+
+
+def _qkv(b=2, sq=5, sk=7, hq=8, hkv=2, d=64, dtype=torch.bfloat16):
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(b, sq, hq, d, generator=g).to(dtype)
+    k = torch.randn(b, sk, hkv, d, generator=g).to(dtype)
+    v = torch.randn(b, sk, hkv, d, generator=g).to(dtype)
+    return q, k, v
+
+
+def test_batched_shape():
+    s = check_attention_inputs(*_qkv())
+    assert (s.batch, s.heads_q, s.heads_kv, s.head_dim, s.group_size) == (2, 8, 2, 64, 4)
+    assert s.seqlens_q == (5, 5) and s.seqlens_k == (7, 7) and not s.varlen and not s.fp8
+
+
+def test_varlen_shape_and_sequences():
+    lens_q, lens_k = [3, 0, 4], [5, 2, 6]
+    cu_q = torch.tensor([0, 3, 3, 7], dtype=torch.int32)
+    cu_k = torch.tensor([0, 5, 7, 13], dtype=torch.int32)
+    q = torch.randn(7, 4, 64).to(E4M3)
+    k = torch.randn(13, 2, 64).to(E4M3)
+    desc = torch.rand(3, 2) + 0.5
+    s = check_attention_inputs(q, k, k, q_descale=desc, k_descale=desc.t().contiguous().t(),
+                               cu_seqlens_q=cu_q, cu_seqlens_k=cu_k)
+    assert s.varlen and s.fp8 and s.seqlens_q == tuple(lens_q) and s.seqlens_k == tuple(lens_k)
+    got = [(b, q[iq].shape[0], k[ik].shape[0]) for b, iq, ik in sequences(s)]
+    assert got == [(0, 3, 5), (1, 0, 2), (2, 4, 6)]
+
+
+def test_stride_zero_descale_is_accepted():
+    q, k, v = (t.to(E4M3) for t in _qkv())
+    scalar = torch.tensor(0.37)
+    check_attention_inputs(q, k, v, q_descale=scalar.expand(2, 2), k_descale=torch.rand(2, 2) + 0.1)
+
+
+@pytest.mark.parametrize(
+    "mutate, error, message",
+    [
+        (lambda q, k, v: (q.to(E4M3), k, v), TypeError, "share one dtype"),
+        (lambda q, k, v: (q, k, v[:, :, :1]), ValueError, "same number of heads"),
+        (lambda q, k, v: (q[:, :, :7], k, v), ValueError, "multiple of heads_kv"),
+        (lambda q, k, v: (q[..., :32], k, v), ValueError, "share head_dim"),
+        (lambda q, k, v: (q.transpose(-1, -2).contiguous().transpose(-1, -2), k, v), ValueError, "contiguous"),
+        (lambda q, k, v: (q[0], k, v), ValueError, "(batch, seqlen, heads, head_dim)"),
+        (lambda q, k, v: (q.int(), k.int(), v.int()), TypeError, "expected one of"),
+        (lambda q, k, v: (q[:1], k, v), ValueError, "batch sizes differ"),
+    ],
+)
+def test_bad_inputs(mutate, error, message):
+    with pytest.raises(error, match=message.replace("(", r"\(").replace(")", r"\)")):
+        check_attention_inputs(*mutate(*_qkv()))
+
+
+@pytest.mark.parametrize(
+    "descale, error, message",
+    [
+        (torch.rand(2, 3) + 0.1, ValueError, r"expected shape \(batch, heads_kv\) = \(2, 2\), got \(2, 3\)"),
+        ((torch.rand(2, 2) + 0.1).double(), TypeError, "expected dtype float32, got float64"),
+        (torch.tensor([[1.0, float("nan")], [1.0, 1.0]]), ValueError, "finite"),
+        (torch.tensor([[1.0, 0.0], [1.0, 1.0]]), ValueError, "> 0"),
+        (torch.tensor([[1.0, -2.0], [1.0, 1.0]]), ValueError, "> 0"),
+        (0.5, TypeError, "got float"),
+    ],
+)
+def test_bad_descales_name_the_tensor(descale, error, message):
+    q, k, v = (t.to(E4M3) for t in _qkv())
+    with pytest.raises(error, match="k_descale: .*" + message):
+        check_attention_inputs(q, k, v, k_descale=descale)
+
+
+def test_descales_rejected_for_float_inputs():
+    with pytest.raises(ValueError, match="FP8 inputs only"):
+        check_attention_inputs(*_qkv(), q_descale=torch.ones(2, 2) * 0.5)
+
+
+def test_check_descale_device():
+    with pytest.raises(ValueError, match="on meta"):
+        check_descale("v_descale", torch.rand(1, 1) + 0.1, 1, 1, torch.device("meta"))
+
+
+@pytest.mark.parametrize(
+    "cu_q, message",
+    [
+        ([0, 3, 2, 7], "non-decreasing"),
+        ([1, 3, 3, 7], "start at 0"),
+        ([0, 3, 3, 8], "equal the 7 tokens"),
+        ([0, 7], "same batch"),
+    ],
+)
+def test_bad_cu_seqlens(cu_q, message):
+    q = torch.randn(7, 4, 64)
+    k = torch.randn(13, 2, 64)
+    cu_k = torch.tensor([0, 5, 7, 13], dtype=torch.int32)
+    with pytest.raises(ValueError, match=message):
+        check_attention_inputs(q, k, k, cu_seqlens_q=torch.tensor(cu_q, dtype=torch.int32), cu_seqlens_k=cu_k)
+
+
+def test_cu_seqlens_dtype_and_pairing():
+    q = torch.randn(7, 4, 64)
+    with pytest.raises(ValueError, match="int32"):
+        check_attention_inputs(q, q, q, cu_seqlens_q=torch.tensor([0, 7]), cu_seqlens_k=torch.tensor([0, 7]))
+    with pytest.raises(ValueError, match="both"):
+        check_attention_inputs(q, q, q, cu_seqlens_q=torch.tensor([0, 7], dtype=torch.int32))
+    cu = torch.tensor([0, 7], dtype=torch.int32)
+    with pytest.raises(ValueError, match="max_seqlen_q"):
+        check_attention_inputs(q, q, q, cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=3)

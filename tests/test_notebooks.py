@@ -1,0 +1,60 @@
+"""Notebook hygiene (manifest, parameters cell, no outputs, jupytext pairs) and record()."""
+
+import json
+import math
+
+import nbformat
+import pytest
+
+from fp8lab import notebooks
+from fp8lab.notebooks import MANIFEST, notebooks_dir, record, recorded
+
+NB_DIR = notebooks_dir()
+FILES = sorted(p.stem for p in NB_DIR.glob("*.ipynb"))
+
+
+def test_manifest_and_files_match():
+    names = [s.name for s in MANIFEST]
+    assert len(set(names)) == len(names)
+    assert sorted(names) == FILES, "every notebook must be in the manifest and every manifest entry must exist"
+
+
+@pytest.mark.parametrize("name", FILES)
+def test_notebook_is_clean_and_parametrized(name):
+    nb = nbformat.read(NB_DIR / f"{name}.ipynb", as_version=4)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    dirty = [i for i, c in enumerate(nb.cells) if c.cell_type == "code" and (c.outputs or c.execution_count)]
+    assert not dirty, f"{name}: cells {dirty} carry outputs or execution counts; commit notebooks clean"
+    params = [c for c in code if "parameters" in c.metadata.get("tags", [])]
+    assert len(params) == 1, f"{name}: expected exactly one cell tagged 'parameters', got {len(params)}"
+    assert "smoke" in params[0].source, f"{name}: the parameters cell must define `smoke`"
+    assert nb.cells[0].cell_type == "markdown", f"{name}: should open with what the reader will learn"
+
+
+def test_jupytext_pairs_are_in_sync():
+    assert notebooks.sync(check=True) == [], "run `python -m fp8lab.notebooks sync` after editing a notebook's .py"
+    assert sorted(p.stem for p in NB_DIR.glob("[0-9][0-9]_*.py")) == FILES
+
+
+def test_record_writes_figures(tmp_path, monkeypatch):
+    path = tmp_path / "figs.json"
+    monkeypatch.setenv(notebooks.FIGURES_ENV, str(path))
+    import torch
+
+    assert record("rmse", torch.tensor(0.25)) is not None
+    record("table", {"a": [1, 2.5], "inf": math.inf})
+    data = json.loads(path.read_text())
+    assert data == {"rmse": 0.25, "table": {"a": [1, 2.5], "inf": "inf"}}
+    assert recorded()["rmse"] == 0.25
+
+
+def test_record_rejects_bad_input():
+    with pytest.raises(ValueError, match="figure name"):
+        record("", 1)
+    with pytest.raises(TypeError, match="JSON-serializable"):
+        record("obj", object())
+
+
+def test_unknown_notebook_name():
+    with pytest.raises(ValueError, match="unknown notebook 'nope'"):
+        notebooks.run_notebooks(["nope"], smoke=True)
