@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import torch
 
 from fp8lab.formats import cast_to_fp8
+from fp8lab.reference import attention_exact, attention_fa3_fp8
 
 __all__ = [
     "KV_CACHE_DTYPES",
@@ -26,6 +27,7 @@ __all__ = [
     "scaled_fp8_quant",
     "vllm_dynamic_scales",
     "kv_bytes_per_token",
+    "paged_decode",
 ]
 
 # vLLM's kv_cache_dtype names -> torch dtype, for the FlashAttention backend.
@@ -196,3 +198,47 @@ class PagedKVCache:
         heads_kv = self.key_cache.shape[2]
         return self.k_scale.expand(num_seqs, heads_kv), self.v_scale.expand(num_seqs, heads_kv)
 
+
+
+DECODE_MATH = ("fa3_fp8", "dequantized")
+
+
+def paged_decode(
+    q: torch.Tensor,
+    cache: PagedKVCache,
+    block_table: torch.Tensor,
+    seq_lens: list[int],
+    *,
+    math: str = "fa3_fp8",
+    q_scale: float | None = None,
+    softmax_scale: float | None = None,
+) -> torch.Tensor:
+    """One decode step (one new query token per sequence) over a paged cache.
+
+    q: (num_seqs, heads_q, head_dim) float. `math` picks how the FP8 cache is used:
+      "fa3_fp8"     FA3's FP8 path as vLLM drives it: Q quantized with the static
+                    `q_scale`, all three descales `expand()`ed, the FA3 emulation
+                    (`fp8lab.reference.attention_fa3_fp8`); bf16 out.
+      "dequantized" FlashInfer's approach: K/V upcast with their scales, Q kept
+                    in 16-bit, exact float64 math; isolates the storage error.
+    Returns (num_seqs, heads_q, head_dim).
+    """
+    if math not in DECODE_MATH:
+        raise ValueError(f"math: expected one of {DECODE_MATH}, got {math!r}")
+    if q.dim() != 3 or q.shape[0] != len(seq_lens):
+        raise ValueError(f"q: expected (num_seqs={len(seq_lens)}, heads_q, head_dim), got {tuple(q.shape)}")
+    k, v, cu_k = cache.gather(block_table, seq_lens)
+    n = len(seq_lens)
+    cu_q = torch.arange(n + 1, dtype=torch.int32, device=q.device)
+    varlen = dict(cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, max_seqlen_q=1, max_seqlen_k=max(seq_lens), causal=True,
+                  softmax_scale=softmax_scale)
+    if math == "dequantized":
+        return attention_exact(q, k.double() * cache.k_scale.double(), v.double() * cache.v_scale.double(), **varlen)
+    if not cache.fp8:
+        raise ValueError(f"math='fa3_fp8' needs an FP8 cache, got kv_cache_dtype={cache.kv_cache_dtype!r}")
+    if q_scale is None:
+        raise ValueError("math='fa3_fp8' needs the static q_scale vLLM quantizes Q with (a checkpoint's, or k_scale)")
+    q8 = scaled_fp8_quant(q, q_scale)
+    k_descale, v_descale = cache.descales(n)
+    q_descale = _check_scale("q_scale", q_scale).to(q.device).expand(n, cache.key_cache.shape[2])
+    return attention_fa3_fp8(q8, k, v, q_descale, k_descale, v_descale, **varlen)

@@ -31,6 +31,7 @@ __all__ = [
     "record",
     "recorded",
     "run_notebooks",
+    "run_script",
     "sync",
     "main",
 ]
@@ -150,11 +151,12 @@ def _paired_notebook(py_path: Path):
     nb = jupytext.read(py_path)
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     nb.metadata.pop("jupytext", None)
-    for cell in nb.cells:
+    nb.nbformat, nb.nbformat_minor = 4, 5
+    for i, cell in enumerate(nb.cells):
         if cell.cell_type == "code":
             cell.outputs = []
             cell.execution_count = None
-        cell.pop("id", None)
+        cell["id"] = f"cell-{i:02d}"  # stable ids keep diffs of the pair quiet
     return nb
 
 
@@ -306,6 +308,32 @@ def run_notebooks(
     if html_report:
         _write_index(out, results, smoke)
     return results
+
+
+def run_script(name: str, **parameters: object) -> dict[str, object]:
+    """Run a notebook's py:percent source as a plain script, without Jupyter.
+
+    Code cells run in order in one namespace; `parameters` override the
+    `parameters` cell, as papermill would. For machines with torch but no
+    Jupyter stack (a bare GPU host). Returns the notebook's namespace.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    source = (notebooks_dir() / f"{_spec(name).name}.py").read_text()
+    namespace: dict[str, object] = {"__name__": "__main__", "display": print}
+    for i, cell in enumerate(source.split("\n# %%")):
+        header, _, body = cell.partition("\n")
+        if "[markdown]" in header:
+            continue
+        try:
+            exec(compile(body, f"{name}:cell{i}", "exec"), namespace)
+        except Exception as exc:
+            first = body.strip().splitlines()[0] if body.strip() else ""
+            raise NotebookError(f"{name}: cell {i} ({first[:80]}): {type(exc).__name__}: {exc}") from exc
+        if "parameters" in header:
+            namespace.update(parameters)
+    return namespace
 
 
 def main(argv: list[str] | None = None) -> int:

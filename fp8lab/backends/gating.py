@@ -184,11 +184,12 @@ def _head_dim_reasons(rule: str, req: Request) -> list[str]:
     if rule == "any":
         return []
     if rule == "triton":
-        ok = d == dv and d in (16, 32, 64, 128, 256)
-        return [] if ok else [f"the Triton kernel needs equal power-of-two head dims 16..256, got {d}/{dv}"]
+        # fp8lab.kernels.attention._check_kernel_support
+        ok = d == dv and d % 16 == 0 and 16 <= d <= 256
+        return [] if ok else [f"the Triton kernel needs head_dim == head_dim_v, a multiple of 16 in [16, 256], got {d}/{dv}"]
     reasons = []
     align = 16 if req.dtype == "fp8" else 8
-    for label, x in (("head_dim", d), ("head_dim_v", dv)):
+    for label, x in (("head_dim", d), ("head_dim_v", dv))[: 1 if d == dv else 2]:
         if x > 256 and not (label == "head_dim_v" and rule == "fa3" and d <= 64 and req.dtype != "fp8" and x <= 512):
             reasons.append(f"{label} {x} > 256, the largest FlashAttention supports")
         if x % align:
@@ -405,8 +406,11 @@ def decide(
             for p in provider_order(f"fa{version}", env):
                 if version == fa_version:
                     candidates.append(p)
-                elif p in available and device.is_cuda:
-                    rejected[p] = (f"the FlashAttention version rule chose FA{fa_version}" if fa_version else "the FlashAttention version rule chose no FA",)
+                    continue
+                rule = f"the FlashAttention version rule chose FA{fa_version}" if fa_version else "the FlashAttention version rule chose no FA"
+                more = provider_reasons(PROVIDERS[p], device, request, env)[0] if p in available else \
+                    [unavailable_reasons.get(p, "not installed")]
+                rejected[p] = (rule, *more)
         if request.dtype == "fp8" and fa_version is not None and fa_version != 3:
             notes.append("FP8 needs FA3 (flash_attn_supports_fp8 is False here)")
         candidates += provider_order("triton", env) + provider_order("sdpa", env) + provider_order("reference", env)

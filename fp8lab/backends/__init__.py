@@ -1,0 +1,37 @@
+"""The production attention kernels behind one API, and the rules that pick one.
+
+- `attention(...)`: FA3's layouts in, the best provider here (or the named one) runs.
+- `gating`: the pure decision (`decide`) with vLLM's FA2/FA3 version rule.
+- `providers`: one adapter per provider (vLLM FA3, its bare .so, fa3-fwd,
+  upstream FA3, FA2 variants, SDPA, our Triton kernel, the reference).
+- `doctor`: what is installed here and what each call would use (`fp8lab doctor`).
+- `fetch`: vLLM's FA3 library into fp8lab's cache, checksum recorded (`fp8lab fa3 fetch`).
+"""
+
+from fp8lab.backends.api import BackendError, attention, choose_backend
+from fp8lab.backends.gating import (
+    BACKENDS,
+    PROVIDERS,
+    Decision,
+    Device,
+    Request,
+    decide,
+    flash_attn_supports_fp8,
+    flash_attn_version,
+)
+from fp8lab.backends.providers import probe_all
+
+__all__ = [
+    "BACKENDS",
+    "PROVIDERS",
+    "BackendError",
+    "Decision",
+    "Device",
+    "Request",
+    "attention",
+    "choose_backend",
+    "decide",
+    "flash_attn_supports_fp8",
+    "flash_attn_version",
+    "probe_all",
+]

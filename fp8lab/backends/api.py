@@ -1,0 +1,179 @@
+"""`attention(...)`: one call for every attention implementation fp8lab knows.
+
+    out = attention(q, k, v, causal=True, q_descale=qd, k_descale=kd, v_descale=vd)
+
+Layouts are FA3's (see `fp8lab.layout`): batched q (batch, seqlen_q, heads_q,
+head_dim), k/v (batch, seqlen_k, heads_kv, head_dim), or varlen (total, heads,
+head_dim) with int32 cu_seqlens. FP8 inputs are float8_e4m3fn with float32
+(batch, heads_kv) descales of any strides and give a bf16 output, like FA3.
+
+Order of work: validate everything (`check_attention_inputs`, then the chosen
+provider's rules in `gating`), and only then call a kernel, so a bad input is
+a clear `TypeError`/`ValueError` and never a crash inside a kernel.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from fp8lab.backends import gating, providers
+from fp8lab.backends.gating import Decision, Device, Request
+from fp8lab.layout import AttentionShape, check_attention_inputs
+
+__all__ = ["BackendError", "attention", "choose_backend", "device_of", "dequantize_inputs", "request_of"]
+
+_DTYPE_NAMES = {
+    torch.float8_e4m3fn: "fp8",
+    torch.bfloat16: "bf16",
+    torch.float16: "fp16",
+    torch.float32: "fp32",
+    torch.float64: "fp64",
+}
+
+
+class BackendError(ValueError):
+    """No provider of the requested backend can run this call here; `.decision` holds every reason."""
+
+    def __init__(self, message: str, decision: Decision):
+        super().__init__(message)
+        self.decision = decision
+
+
+def device_of(t: torch.Tensor) -> Device:
+    """The gating `Device` of a tensor: its CUDA capability, or None off CUDA."""
+    if t.device.type != "cuda":
+        return Device(None, t.device.type.upper())
+    return Device(torch.cuda.get_device_capability(t.device), torch.cuda.get_device_name(t.device))
+
+
+def request_of(q: torch.Tensor, shape: AttentionShape, return_lse: bool, fp8_fallback: str) -> Request:
+    return Request(_DTYPE_NAMES[q.dtype], shape.head_dim, shape.head_dim_v, bool(return_lse), fp8_fallback)
+
+
+def _available(device: Device) -> tuple[set[str], dict[str, str]]:
+    """Providers found here (only those that could run on `device` are probed) and why the rest are not."""
+    names = [n for n, s in gating.PROVIDERS.items() if device.is_cuda or s.cpu]
+    found = providers.probe_all(names=names)
+    return {n for n, (ok, _) in found.items() if ok}, {n: why for n, (ok, why) in found.items() if not ok}
+
+
+def _decide(q: torch.Tensor, shape: AttentionShape, backend: str, return_lse: bool, fp8_fallback: str) -> Decision:
+    device = device_of(q)
+    available, why_not = _available(device)
+    return gating.decide(device, available, request_of(q, shape, return_lse, fp8_fallback), backend,
+                         unavailable_reasons=why_not)
+
+
+def choose_backend(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    backend: str = "auto",
+    return_lse: bool = False,
+    fp8_fallback: str = "error",
+    **layout_kwargs: object,
+) -> Decision:
+    """The `Decision` `attention` would take for these inputs (nothing runs). `layout_kwargs`: descales, cu_seqlens."""
+    shape = check_attention_inputs(q, k, v, **layout_kwargs)  # type: ignore[arg-type]
+    return _decide(q, shape, backend, return_lse, fp8_fallback)
+
+
+def _check_scale(softmax_scale: object, head_dim: int) -> float:
+    if softmax_scale is None:
+        return head_dim ** -0.5
+    if isinstance(softmax_scale, bool) or not isinstance(softmax_scale, (int, float)) or not math.isfinite(softmax_scale):
+        raise ValueError(f"softmax_scale: expected a finite number or None, got {softmax_scale!r}")
+    return float(softmax_scale)
+
+
+def dequantize_inputs(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, shape: AttentionShape,
+    q_descale: torch.Tensor | None, k_descale: torch.Tensor | None, v_descale: torch.Tensor | None,
+    dtype: torch.dtype = torch.bfloat16,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """FP8 q, k, v times their (batch, heads_kv) descales, rounded to `dtype` (what FA2 can take).
+
+    Query head h uses descale column h // (heads_q // heads_kv); varlen tokens use their sequence's row.
+    """
+    def one(x: torch.Tensor, descale: torch.Tensor | None, seqlens: tuple[int, ...]) -> torch.Tensor:
+        if descale is None:
+            return x.to(dtype)
+        per_head = descale.to(torch.float32).repeat_interleave(x.shape[-2] // shape.heads_kv, dim=1)
+        if shape.varlen:
+            rows = per_head.repeat_interleave(torch.tensor(seqlens, device=x.device), dim=0)  # (total, heads)
+            return (x.to(torch.float32) * rows[:, :, None]).to(dtype)
+        return (x.to(torch.float32) * per_head[:, None, :, None]).to(dtype)
+
+    return one(q, q_descale, shape.seqlens_q), one(k, k_descale, shape.seqlens_k), one(v, v_descale, shape.seqlens_k)
+
+
+def attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    causal: bool = False,
+    softmax_scale: float | None = None,
+    q_descale: torch.Tensor | None = None,
+    k_descale: torch.Tensor | None = None,
+    v_descale: torch.Tensor | None = None,
+    cu_seqlens_q: torch.Tensor | None = None,
+    cu_seqlens_k: torch.Tensor | None = None,
+    max_seqlen_q: int | None = None,
+    max_seqlen_k: int | None = None,
+    backend: str = "auto",
+    return_lse: bool = False,
+    fp8_fallback: str = "error",
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """Attention through the best provider here, or the one `backend` names.
+
+    q: (batch, seqlen_q, heads_q, head_dim) or varlen (total_q, heads_q, head_dim);
+    k, v: (batch, seqlen_k, heads_kv, head_dim[_v]) or varlen (total_k, heads_kv, head_dim[_v]);
+    heads_q a multiple of heads_kv (GQA/MQA); causal masks aligned bottom-right.
+    q/k/v dtype: float8_e4m3fn (with optional float32 (batch, heads_kv) descales), bf16, fp16, fp32, fp64.
+    backend: "auto", "fa3", "fa2", "sdpa", "triton", "reference", or "<backend>:<provider>"
+        (e.g. "fa3:fa3-fwd"); see `fp8lab.backends.gating` for how "auto" decides.
+    fp8_fallback: "error" (default: FP8 inputs only run where FP8 runs) or "dequantize"
+        (a bf16-only provider such as FA2 runs on the dequantized inputs).
+
+    Returns out (bf16 for FP8 inputs, else q's dtype) in q's layout with head_dim_v,
+    and with return_lse=True also lse, float32 (batch, heads_q, seqlen_q) batched or
+    (heads_q, total_q) varlen. Raises TypeError/ValueError for bad inputs and
+    `BackendError` (a ValueError) when no provider can run the call, before any kernel runs.
+    """
+    shape = check_attention_inputs(
+        q, k, v, q_descale=q_descale, k_descale=k_descale, v_descale=v_descale,
+        cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
+    )
+    for name, flag in (("causal", causal), ("return_lse", return_lse)):
+        if not isinstance(flag, bool):
+            raise TypeError(f"{name}: expected a bool, got {type(flag).__name__}")
+    scale = _check_scale(softmax_scale, shape.head_dim)
+    decision = _decide(q, shape, backend, return_lse, fp8_fallback)
+    if not decision.ok:
+        raise BackendError(decision.error_message(backend), decision)
+
+    descales = (q_descale, k_descale, v_descale)
+    if decision.dequantize:
+        q, k, v = dequantize_inputs(q, k, v, shape, *descales)
+        descales = (None, None, None)
+        shape = check_attention_inputs(q, k, v, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k)
+    if shape.varlen:
+        max_seqlen_q = shape.max_seqlen_q if max_seqlen_q is None else max_seqlen_q
+        max_seqlen_k = shape.max_seqlen_k if max_seqlen_k is None else max_seqlen_k
+    call = providers.AttentionCall(q, k, v, shape, causal, scale, *descales, cu_seqlens_q, cu_seqlens_k,
+                                   max_seqlen_q, max_seqlen_k, return_lse)
+    out, lse = providers.get_provider(decision.provider).run(call)  # type: ignore[arg-type]
+
+    expected = (*q.shape[:-1], shape.head_dim_v)
+    if tuple(out.shape) != expected or out.dtype != call.out_dtype:
+        raise RuntimeError(f"provider {decision.provider} returned out {tuple(out.shape)} {out.dtype}, "
+                           f"expected {expected} {call.out_dtype}")
+    if not return_lse:
+        return out
+    if lse is None:
+        raise RuntimeError(f"provider {decision.provider} returned no lse although gating said it does")
+    return out, lse

@@ -1,0 +1,536 @@
+"""FP8 flash attention forward in Triton, the way FlashAttention-3 computes it.
+
+What this kernel teaches
+------------------------
+Flash attention never writes the (seqlen_q x seqlen_k) score matrix: each
+program owns BLOCK_M query rows, walks over the keys BLOCK_N at a time, and
+keeps a running row maximum ``m``, a running row sum ``l`` and an unnormalised
+output ``acc`` (the "online softmax"). FP8 adds four steps, each marked
+``# FP8 step n`` below:
+
+1. Descale folding. Q and K arrive as e4m3 codes with per-(batch, kv-head)
+   descales. ``q_descale * k_descale`` is folded into the softmax scale (in the
+   exp2 domain, ``log2(e) * softmax_scale``), so the QK^T MMA runs on raw codes
+   and no element is ever rescaled. ``v_descale`` is applied once, at the end.
+2. Max offset. FA3 subtracts ``max - 8`` instead of ``max`` before exp2, so P
+   lies in [0, 2^8] = [0, 256] rather than [0, 1]: e4m3 has only 3 mantissa bits
+   and a smallest subnormal of 2^-9, and probabilities near 1/seqlen would
+   otherwise underflow or lose most of their bits. The row sum carries the same
+   factor 2^8, so the output is unchanged; only the logsumexp is corrected.
+3. P cast. P is rounded to e4m3 (nearest even; it never saturates, 256 < 448)
+   so the PV product is an FP8 MMA too. The row sum uses the float32 P, as FA3.
+4. V layout. FP8 tensor-core MMAs (Hopper wgmma) need both operands K-major.
+   In P @ V the reduction runs over keys, so V must be key-contiguous. FA3's
+   V is head_dim-contiguous; the kernel either transposes tiles on the way to
+   shared memory (``v_layout="natural"``) or reads a V that the caller stored
+   transposed once (``v_layout="transposed"``, see `pretranspose_v`).
+
+Pseudo-code (one program = one query block of one head of one sequence)::
+
+    c = softmax_scale * log2(e) * q_descale * k_descale           # FP8 step 1
+    m = -inf; l = 0; acc = 0
+    for key block j from the last to the first:                    # FA3's order
+        s = Q_blk @ K_j^T                          (fp32; masked -> -inf)
+        m_new = max(m, rowmax(s))
+        p = exp2(s * c - (m_new * c - 8))          in [0, 256]     # FP8 step 2
+        alpha = exp2((m - m_new) * c)
+        l = l * alpha + rowsum(p)
+        acc = acc * alpha + e4m3(p) @ V_j          (fp32 accumulator)  # steps 3, 4
+        m = m_new
+    out = acc * v_descale / l                      (bf16)
+    lse = ln2 * (m * c - 8 + log2(l))              (natural log; -inf where l == 0)
+
+Causal masks are aligned bottom-right. Key blocks are visited in two phases,
+both from the last block down: first the blocks that need a mask (the
+diagonal band and a ragged tail), then the fully visible ones without any
+masking work ("on-band split"); blocks wholly above the diagonal are skipped.
+Together the two phases visit the blocks in exactly the reverse order the
+FA3 emulation in `fp8lab.reference` uses (``reverse_blocks=True``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import Literal
+
+import torch
+import triton
+import triton.language as tl
+
+from fp8lab.env import triton_interpret
+from fp8lab.kernels.fp8_rounding import round_to_bf16, round_to_e4m3
+from fp8lab.layout import AttentionShape, check_attention_inputs
+
+__all__ = [
+    "AttentionConfig",
+    "attention_configs",
+    "default_config",
+    "fp8_attention",
+    "pretranspose_v",
+    "tune_attention",
+    "v_layout_of",
+]
+
+LOG2E = 1.4426950408889634  # log2(e): exp(x) == exp2(x * LOG2E)
+LN2 = 0.6931471805599453  # ln(2): turns the kernel's log2-domain lse into a natural log
+FA3_MAX_OFFSET = 8.0  # hopper/softmax.h Max_offset for FP8: P in [0, 2^8]
+
+VLayout = Literal["auto", "natural", "transposed"]
+
+
+# --------------------------------------------------------------------------------------
+# The kernel
+# --------------------------------------------------------------------------------------
+@triton.jit
+def _attend_block(
+    acc, l_i, m_i, q,  # running state and the resident Q tile
+    K, V,  # pointers (or TMA descriptors when USE_TMA)
+    k_base, v_base,  # pointer offsets of this (sequence, kv head) in K and V
+    stride_ks, stride_vs, stride_vd,
+    tma_b, hk, k_start,  # TMA coordinates: batch index, kv head, first key token
+    n0, offs_m, seqlen_k, diag, scale_log2,
+    HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, BLOCK_N: tl.constexpr,
+    MASKED: tl.constexpr, CAUSAL: tl.constexpr, USE_TMA: tl.constexpr, V_TRANSPOSED: tl.constexpr,
+    MAX_OFFSET: tl.constexpr, ROUND_IN_FP32: tl.constexpr,
+):
+    """One key block: scores, online-softmax update, P cast, PV product."""
+    offs_n = n0 + tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, HEAD_DIM_PAD)
+    in_k = offs_n < seqlen_k
+    if USE_TMA:
+        k = K.load([tma_b, k_start + n0, hk, 0]).reshape(BLOCK_N, HEAD_DIM_PAD)
+    else:
+        k_ptrs = K + k_base + offs_n[:, None].to(tl.int64) * stride_ks + offs_d[None, :]
+        if MASKED:
+            k = tl.load(k_ptrs, mask=in_k[:, None] & (offs_d[None, :] < HEAD_DIM), other=0.0)
+        else:
+            k = tl.load(k_ptrs, mask=offs_d[None, :] < HEAD_DIM, other=0.0)
+    s = tl.dot(q, tl.trans(k))  # raw e4m3 codes in, fp32 scores out (descales not applied yet)
+    if MASKED:
+        keep = in_k[None, :]
+        if CAUSAL:
+            keep = keep & (offs_n[None, :] <= offs_m[:, None] + diag)  # bottom-right alignment
+        s = tl.where(keep, s, float("-inf"))
+    m_new = tl.maximum(m_i, tl.max(s, 1))
+    m_use = tl.where(m_new == float("-inf"), 0.0, m_new)  # fully masked rows so far: avoid inf - inf
+    max_scaled = m_use * scale_log2 - MAX_OFFSET  # FP8 step 2: subtract (max - 8), P in [0, 2^8]
+    p = tl.math.exp2(s * scale_log2 - max_scaled[:, None])  # FP8 step 1: scale_log2 holds the descales
+    alpha = tl.math.exp2((m_i - m_use) * scale_log2)
+    l_i = l_i * alpha + tl.sum(p, 1)  # the row sum uses the float32 P, as FA3 does
+    acc = acc * alpha[:, None]
+    if ROUND_IN_FP32:  # FP8 step 3: the interpreter's cast is wrong on carries; pre-round so it is exact
+        p = round_to_e4m3(p)
+    p8 = p.to(tl.float8e4nv)
+    # FP8 step 4: the wgmma B operand must be key-contiguous.
+    if USE_TMA:
+        if V_TRANSPOSED:
+            v = tl.trans(V.load([tma_b, hk, 0, k_start + n0]).reshape(HEAD_DIM_PAD, BLOCK_N))
+        else:
+            v = V.load([tma_b, k_start + n0, hk, 0]).reshape(BLOCK_N, HEAD_DIM_PAD)
+    else:
+        # One expression for both layouts: Triton specialises strides equal to 1, so with
+        # stride_vs == 1 (pre-transposed) the tile lands key-contiguous, and with
+        # stride_vd == 1 (natural) the compiler transposes it on its way to shared memory.
+        v_ptrs = V + v_base + offs_n[:, None].to(tl.int64) * stride_vs + offs_d[None, :] * stride_vd
+        if MASKED:
+            v = tl.load(v_ptrs, mask=in_k[:, None] & (offs_d[None, :] < HEAD_DIM), other=0.0)
+        else:
+            v = tl.load(v_ptrs, mask=offs_d[None, :] < HEAD_DIM, other=0.0)
+    acc = tl.dot(p8, v, acc)
+    return acc, l_i, m_new
+
+
+@triton.jit
+def _fp8_attention_fwd(
+    # ---- tensors -----------------------------------------------------------------
+    Q, K, V,  # e4m3fn; K and V are TMA descriptors when USE_TMA
+    O,  # bf16 output, q's layout
+    LSE,  # float32 logsumexp, (batch, heads_q, seqlen_q) or (heads_q, total_q)
+    Q_DESCALE, K_DESCALE, V_DESCALE,  # float32 (batch, heads_kv), any strides
+    CU_SEQLENS_Q, CU_SEQLENS_K,  # int32 (batch + 1,) when VARLEN, else unused
+    # ---- strides, in elements (batch strides are 0 for varlen) ---------------------
+    stride_qb, stride_qs, stride_qh,
+    stride_kb, stride_ks, stride_kh,
+    stride_vb, stride_vs, stride_vh, stride_vd,
+    stride_ob, stride_os, stride_oh,
+    stride_lb, stride_lh, stride_ls,
+    stride_qdb, stride_qdh, stride_kdb, stride_kdh, stride_vdb, stride_vdh,
+    # ---- sizes and scale ----------------------------------------------------------
+    heads_q, seqlen_q_batched, seqlen_k_batched,  # sequence lengths when not VARLEN
+    softmax_scale_log2,  # softmax_scale * log2(e), before descales
+    # ---- compile-time switches ------------------------------------------------------
+    GROUP: tl.constexpr,  # query heads per kv head (GQA/MQA)
+    HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr,  # padded to a power of two for tl.arange
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    CAUSAL: tl.constexpr, VARLEN: tl.constexpr,
+    USE_TMA: tl.constexpr, V_TRANSPOSED: tl.constexpr,
+    MAX_OFFSET: tl.constexpr,  # 8.0 as FA3; 0.0 gives plain softmax P in [0, 1]
+    ROUND_IN_FP32: tl.constexpr,  # exact P and output rounding under the interpreter (see fp8_rounding)
+):
+    # Longest causal rows first: the last query blocks have the most keys.
+    pid_m = tl.num_programs(0) - 1 - tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    b = pid_bh // heads_q
+    h = pid_bh % heads_q
+    hk = h // GROUP  # query head h reads kv head h // (heads_q // heads_kv)
+    if VARLEN:
+        q_start = tl.load(CU_SEQLENS_Q + b)
+        seqlen_q = tl.load(CU_SEQLENS_Q + b + 1) - q_start
+        k_start = tl.load(CU_SEQLENS_K + b)
+        seqlen_k = tl.load(CU_SEQLENS_K + b + 1) - k_start
+        tma_b = 0
+    else:
+        q_start = 0
+        seqlen_q = seqlen_q_batched
+        k_start = 0
+        seqlen_k = seqlen_k_batched
+        tma_b = b
+    m0 = pid_m * BLOCK_M
+    if m0 >= seqlen_q:  # varlen: this sequence is shorter than the longest
+        return
+    b64 = b.to(tl.int64)
+
+    # FP8 step 1: fold q_descale * k_descale into the exp2-domain softmax scale.
+    q_descale = tl.load(Q_DESCALE + b * stride_qdb + hk * stride_qdh)
+    k_descale = tl.load(K_DESCALE + b * stride_kdb + hk * stride_kdh)
+    v_descale = tl.load(V_DESCALE + b * stride_vdb + hk * stride_vdh)
+    scale_log2 = softmax_scale_log2 * (q_descale * k_descale)
+
+    offs_m = m0 + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, HEAD_DIM_PAD)
+    in_q = offs_m < seqlen_q
+    q_ptrs = (Q + b64 * stride_qb + h.to(tl.int64) * stride_qh
+              + (q_start + offs_m)[:, None].to(tl.int64) * stride_qs + offs_d[None, :])
+    q = tl.load(q_ptrs, mask=in_q[:, None] & (offs_d[None, :] < HEAD_DIM), other=0.0)
+    k_base = b64 * stride_kb + hk.to(tl.int64) * stride_kh + k_start.to(tl.int64) * stride_ks
+    v_base = b64 * stride_vb + hk.to(tl.int64) * stride_vh + k_start.to(tl.int64) * stride_vs
+
+    # Which key blocks this query block needs, and which of them need a mask.
+    diag = seqlen_k - seqlen_q  # query i sees keys j <= i + diag
+    if CAUSAL:
+        n_end = tl.minimum(seqlen_k, m0 + BLOCK_M + diag)  # keys the last row of the block sees
+        n_blocks = tl.cdiv(tl.maximum(n_end, 0), BLOCK_N)
+        n_full = tl.minimum(tl.maximum(m0 + diag + 1, 0), seqlen_k) // BLOCK_N  # seen by the first row
+    else:
+        n_blocks = tl.cdiv(seqlen_k, BLOCK_N)
+        n_full = seqlen_k // BLOCK_N
+    n_full = tl.minimum(n_full, n_blocks)
+
+    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, HEAD_DIM_PAD], tl.float32)
+    # Phase 1, on the band: the masked blocks (diagonal band, ragged tail), last first.
+    for i in range(0, n_blocks - n_full):
+        n0 = (n_blocks - 1 - i) * BLOCK_N
+        acc, l_i, m_i = _attend_block(
+            acc, l_i, m_i, q, K, V, k_base, v_base, stride_ks, stride_vs, stride_vd, tma_b, hk, k_start,
+            n0, offs_m, seqlen_k, diag, scale_log2,
+            HEAD_DIM, HEAD_DIM_PAD, BLOCK_N, True, CAUSAL, USE_TMA, V_TRANSPOSED, MAX_OFFSET, ROUND_IN_FP32,
+        )
+    # Phase 2, off the band: fully visible blocks, no mask work at all.
+    for i in range(0, n_full):
+        n0 = (n_full - 1 - i) * BLOCK_N
+        acc, l_i, m_i = _attend_block(
+            acc, l_i, m_i, q, K, V, k_base, v_base, stride_ks, stride_vs, stride_vd, tma_b, hk, k_start,
+            n0, offs_m, seqlen_k, diag, scale_log2,
+            HEAD_DIM, HEAD_DIM_PAD, BLOCK_N, False, CAUSAL, USE_TMA, V_TRANSPOSED, MAX_OFFSET, ROUND_IN_FP32,
+        )
+
+    # Epilogue: normalise, apply v_descale once, write bf16 out and the natural-log lse.
+    empty = l_i == 0.0  # fully masked rows: out = 0, lse = -inf
+    out = acc * ((1.0 / tl.where(empty, 1.0, l_i)) * v_descale)[:, None]  # as FA3: O * (1 / l * v_descale)
+    m_use = tl.where(m_i == float("-inf"), 0.0, m_i)
+    lse = (m_use * scale_log2 - MAX_OFFSET + tl.math.log2(tl.where(empty, 1.0, l_i))) * 0.6931471805599453  # ln 2
+    lse = tl.where(empty, float("-inf"), lse)
+    o_ptrs = (O + b64 * stride_ob + h.to(tl.int64) * stride_oh
+              + (q_start + offs_m)[:, None].to(tl.int64) * stride_os + offs_d[None, :])
+    if ROUND_IN_FP32:  # the interpreter truncates float32 -> bf16; round to nearest first
+        out = round_to_bf16(out)
+    tl.store(o_ptrs, out.to(O.dtype.element_ty), mask=in_q[:, None] & (offs_d[None, :] < HEAD_DIM))
+    l_ptrs = LSE + b64 * stride_lb + h.to(tl.int64) * stride_lh + (q_start + offs_m).to(tl.int64) * stride_ls
+    tl.store(l_ptrs, lse, mask=in_q)
+
+
+# --------------------------------------------------------------------------------------
+# Configurations
+# --------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class AttentionConfig:
+    """Launch configuration. `block_n` also fixes the order of the online softmax,
+    so pass it to `fp8lab.reference.attention_fa3_fp8(block_n=...)` to compare tightly.
+
+    `use_tma`: load K/V through TMA tensor descriptors (Hopper) where the strides allow
+    (16-byte aligned, power-of-two head_dim); otherwise pointer loads are used.
+    """
+
+    block_m: int = 128
+    block_n: int = 128
+    num_warps: int = 8
+    num_stages: int = 3
+    use_tma: bool = False
+
+    def label(self) -> str:
+        return f"m{self.block_m}n{self.block_n}w{self.num_warps}s{self.num_stages}" + ("-tma" if self.use_tma else "")
+
+
+def attention_configs(head_dim: int) -> list[AttentionConfig]:
+    """The small candidate set `tune_attention` times for a head dim (Hopper sizes).
+
+    The S tile (block_m x block_n fp32) and the accumulator (block_m x head_dim fp32)
+    live in registers, so large head dims take smaller key blocks.
+    """
+    if head_dim <= 64:
+        shapes = [(128, 128, 8), (128, 64, 4), (128, 128, 4)]
+    elif head_dim <= 128:
+        shapes = [(128, 128, 8), (128, 64, 4), (128, 64, 8)]
+    else:
+        shapes = [(128, 64, 8), (128, 32, 8), (64, 64, 4)]
+    return [AttentionConfig(m, n, w, s, tma) for (m, n, w) in shapes for s in (2, 3) for tma in (False, True)]
+
+
+# Winners of the H200 sweep (scripts/gpu_bench.py, docs/kernel-notes.md); keyed by (head_dim, causal).
+_MEASURED_DEFAULTS: dict[tuple[int, bool], AttentionConfig] = {}
+_TUNED: dict[tuple, AttentionConfig] = {}
+_INTERPRETER_CONFIG = AttentionConfig(block_m=16, block_n=16, num_warps=4, num_stages=1)
+
+
+def default_config(head_dim: int, causal: bool = False) -> AttentionConfig:
+    """The config `fp8_attention` uses when none is given.
+
+    Under the interpreter: 16 x 16 blocks, so tiny test shapes still span several blocks.
+    On a GPU: the H200 sweep's winner for this head dim, else 128 x 128 (64 keys from d > 128).
+    """
+    if triton_interpret():
+        return _INTERPRETER_CONFIG
+    pad = triton.next_power_of_2(head_dim)
+    if (pad, causal) in _MEASURED_DEFAULTS:
+        return _MEASURED_DEFAULTS[(pad, causal)]
+    return AttentionConfig(128, 64 if pad > 128 else 128, 8, 2 if pad > 128 else 3)
+
+
+# --------------------------------------------------------------------------------------
+# V layouts
+# --------------------------------------------------------------------------------------
+def pretranspose_v(v: torch.Tensor) -> torch.Tensor:
+    """V in FA3's shape but stored key-contiguous (what FP8 MMAs want), for `v_layout="transposed"`.
+
+    Batched (b, s, h, d) -> same shape, strides of a (b, h, d, s) buffer; varlen
+    (t, h, d) -> same shape, strides of an (h, d, t) buffer. One copy of V.
+    """
+    if v.dim() == 4:
+        return v.permute(0, 2, 3, 1).contiguous().permute(0, 3, 1, 2)
+    if v.dim() == 3:
+        return v.permute(1, 2, 0).contiguous().permute(2, 0, 1)
+    raise ValueError(f"v: expected (batch, seqlen, heads, head_dim) or (total, heads, head_dim), got {tuple(v.shape)}")
+
+
+def v_layout_of(v: torch.Tensor) -> str:
+    """'natural' if head_dim is contiguous, 'transposed' if the key axis is, else 'other'."""
+    seq_dim = v.dim() - 3
+    if v.stride(-1) == 1:
+        return "natural"
+    if v.stride(seq_dim) == 1:
+        return "transposed"
+    return "other"
+
+
+def _check_v_layout(v: torch.Tensor, v_layout: str) -> bool:
+    """Return True when V is pre-transposed; raise if it does not match `v_layout`."""
+    if v_layout not in ("auto", "natural", "transposed"):
+        raise ValueError(f"v_layout: expected 'auto', 'natural' or 'transposed', got {v_layout!r}")
+    found = v_layout_of(v) if v.dim() in (3, 4) else "natural"
+    if found == "other":
+        raise ValueError(
+            f"v: expected head_dim contiguous (FA3 layout) or keys contiguous (pretranspose_v), got strides {v.stride()}"
+        )
+    if v_layout != "auto" and found != v_layout:
+        raise ValueError(f"v_layout={v_layout!r} but v is laid out {found!r} (strides {v.stride()})")
+    return found == "transposed"
+
+
+# --------------------------------------------------------------------------------------
+# The wrapper
+# --------------------------------------------------------------------------------------
+def _descale_or_ones(d: torch.Tensor | None, batch: int, heads_kv: int, device: torch.device) -> torch.Tensor:
+    if d is not None:
+        return d
+    return torch.ones((1, 1), dtype=torch.float32, device=device).expand(batch, heads_kv)
+
+
+def _tma_ok(t: torch.Tensor, key_major_dims: tuple[int, ...]) -> bool:
+    """TMA needs 16-byte aligned base and non-last strides (fp8: 1 byte per element)."""
+    return t.data_ptr() % 16 == 0 and all(t.stride(d) % 16 == 0 for d in key_major_dims)
+
+
+def _descriptors(k4: torch.Tensor, v4: torch.Tensor, v_transposed: bool, cfg: AttentionConfig, d_pad: int):
+    """Host TMA descriptors over 4-D views (batch, seqlen, heads, dim) of K and V, or None."""
+    if not cfg.use_tma or d_pad != k4.shape[-1]:
+        return None
+    try:
+        from triton.tools.tensor_descriptor import TensorDescriptor
+    except ImportError:  # older Triton
+        return None
+    if not _tma_ok(k4, (0, 1, 2)):
+        return None
+    k_desc = TensorDescriptor(k4, list(k4.shape), list(k4.stride()), [1, cfg.block_n, 1, d_pad])
+    if v_transposed:
+        vt = v4.permute(0, 2, 3, 1)  # (batch, heads, dim, seqlen), seqlen contiguous
+        if vt.stride(-1) != 1 or not _tma_ok(vt, (0, 1, 2)):
+            return None
+        v_desc = TensorDescriptor(vt, list(vt.shape), list(vt.stride()), [1, 1, d_pad, cfg.block_n])
+    else:
+        if not _tma_ok(v4, (0, 1, 2)):
+            return None
+        v_desc = TensorDescriptor(v4, list(v4.shape), list(v4.stride()), [1, cfg.block_n, 1, d_pad])
+    return k_desc, v_desc
+
+
+def fp8_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    q_descale: torch.Tensor | None = None,
+    k_descale: torch.Tensor | None = None,
+    v_descale: torch.Tensor | None = None,
+    *,
+    causal: bool = False,
+    softmax_scale: float | None = None,
+    cu_seqlens_q: torch.Tensor | None = None,
+    cu_seqlens_k: torch.Tensor | None = None,
+    max_seqlen_q: int | None = None,
+    max_seqlen_k: int | None = None,
+    return_lse: bool = False,
+    v_layout: VLayout = "auto",
+    max_offset: float = FA3_MAX_OFFSET,
+    config: AttentionConfig | None = None,
+    round_p_in_fp32: bool | None = None,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """FA3-style FP8 attention forward.
+
+    q (batch, seqlen_q, heads_q, d) / k, v (batch, seqlen_k, heads_kv, d), all
+    float8_e4m3fn; or varlen (total, heads, d) with int32 `cu_seqlens_q/k`.
+    Descales: float32 (batch, heads_kv), any strides, None = 1. Returns bf16 `out`
+    in q's layout, and with `return_lse` the float32 natural-log logsumexp,
+    (batch, heads_q, seqlen_q) or (heads_q, total_q).
+
+    `v_layout`: "natural" (FA3's, head_dim contiguous; tiles are transposed in the
+    kernel), "transposed" (keys contiguous, from `pretranspose_v`), or "auto" to
+    take whichever `v` has. `max_offset`: FA3's 8; 0 turns the offset off (a lesson,
+    not for use). `config`: block sizes etc. (`default_config`); its block_n sets the
+    accumulation order. `round_p_in_fp32`: round P to e4m3 with float32 bit tricks
+    before the cast (default: only under TRITON_INTERPRET=1, where the cast is wrong).
+    """
+    v_transposed = _check_v_layout(v, v_layout)
+    v_for_check = v if v.stride(-1) == 1 else torch.empty(v.shape[-1], dtype=v.dtype, device=v.device).expand(v.shape)
+    shape = check_attention_inputs(
+        q, k, v_for_check, q_descale=q_descale, k_descale=k_descale, v_descale=v_descale,
+        cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
+    )
+    _check_kernel_support(q, shape)
+    d = shape.head_dim
+    d_pad = triton.next_power_of_2(d)
+    cfg = config or default_config(d, causal)
+    scale = d ** -0.5 if softmax_scale is None else float(softmax_scale)
+    if not (math.isfinite(scale) and scale > 0):
+        raise ValueError(f"softmax_scale: expected a finite number > 0, got {softmax_scale}")
+    if not math.isfinite(max_offset) or not 0.0 <= max_offset <= 8.0:
+        raise ValueError(f"max_offset: expected 0 <= max_offset <= 8 (P must stay below 448), got {max_offset}")
+    round_p = triton_interpret() if round_p_in_fp32 is None else bool(round_p_in_fp32)
+
+    dev = q.device
+    qd = _descale_or_ones(q_descale, shape.batch, shape.heads_kv, dev)
+    kd = _descale_or_ones(k_descale, shape.batch, shape.heads_kv, dev)
+    vd = _descale_or_ones(v_descale, shape.batch, shape.heads_kv, dev)
+    out = torch.empty(q.shape, dtype=torch.bfloat16, device=dev)
+    if shape.varlen:
+        total_q = q.shape[0]
+        lse = torch.empty((shape.heads_q, total_q), dtype=torch.float32, device=dev)
+        q4, k4, v4, o4 = q.unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0), out.unsqueeze(0)
+        lse_strides = (0, lse.stride(0), lse.stride(1))
+        cu_q, cu_k = cu_seqlens_q, cu_seqlens_k
+    else:
+        lse = torch.empty((shape.batch, shape.heads_q, shape.max_seqlen_q), dtype=torch.float32, device=dev)
+        q4, k4, v4, o4 = q, k, v, out
+        lse_strides = lse.stride()
+        cu_q = cu_k = qd  # unused placeholders
+    batch_strides = (lambda t: 0) if shape.varlen else (lambda t: t.stride(0))
+
+    max_sq = shape.max_seqlen_q
+    if max_sq > 0 and out.numel() > 0:
+        descs = _descriptors(k4, v4, v_transposed, cfg, d_pad)
+        k_arg, v_arg = descs if descs is not None else (k, v)
+        grid = (triton.cdiv(max_sq, cfg.block_m), shape.batch * shape.heads_q)
+        _fp8_attention_fwd[grid](
+            q, k_arg, v_arg, out, lse, qd, kd, vd, cu_q, cu_k,
+            batch_strides(q), q4.stride(1), q4.stride(2),
+            batch_strides(k), k4.stride(1), k4.stride(2),
+            batch_strides(v), v4.stride(1), v4.stride(2), v4.stride(3),
+            batch_strides(out), o4.stride(1), o4.stride(2),
+            *lse_strides,
+            qd.stride(0), qd.stride(1), kd.stride(0), kd.stride(1), vd.stride(0), vd.stride(1),
+            shape.heads_q, max_sq, shape.max_seqlen_k,
+            scale * LOG2E,
+            GROUP=shape.group_size, HEAD_DIM=d, HEAD_DIM_PAD=d_pad,
+            BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
+            CAUSAL=bool(causal), VARLEN=shape.varlen,
+            USE_TMA=descs is not None, V_TRANSPOSED=v_transposed,
+            MAX_OFFSET=float(max_offset), ROUND_IN_FP32=round_p,
+            num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        )
+    elif out.numel() > 0:
+        out.zero_()
+    if shape.max_seqlen_q == 0 or shape.max_seqlen_k == 0:
+        out.zero_()
+        lse.fill_(float("-inf"))
+    return (out, lse) if return_lse else out
+
+
+def _check_kernel_support(q: torch.Tensor, shape: AttentionShape) -> None:
+    if not shape.fp8:
+        raise TypeError(f"fp8_attention: expected float8_e4m3fn q/k/v, got {str(q.dtype).replace('torch.', '')}")
+    if shape.head_dim_v != shape.head_dim:
+        raise ValueError(f"fp8_attention: v's head_dim must equal q's ({shape.head_dim}), got {shape.head_dim_v}")
+    if shape.head_dim % 16 != 0 or not 16 <= shape.head_dim <= 256:
+        raise ValueError(f"fp8_attention: head_dim must be a multiple of 16 in [16, 256], got {shape.head_dim}")
+    if q.device.type != "cuda" and not triton_interpret():
+        raise ValueError(f"fp8_attention: expected CUDA tensors (or TRITON_INTERPRET=1 on the CPU), got {q.device}")
+
+
+# --------------------------------------------------------------------------------------
+# Autotuning (times the candidates, keeps the winner per shape class)
+# --------------------------------------------------------------------------------------
+def tune_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    causal: bool = False,
+    configs: list[AttentionConfig] | None = None,
+    **kwargs,
+) -> tuple[AttentionConfig, dict[str, float]]:
+    """Time `configs` (default `attention_configs(head_dim)`) on these inputs; return the
+    fastest and {label: median ms}. Configs that fail to compile are skipped.
+
+    The winner is remembered for (head_dim, causal, group size, V layout), and becomes
+    `fp8_attention`'s default for them in this process.
+    """
+    from triton.testing import do_bench
+
+    d = q.shape[-1]
+    times: dict[str, float] = {}
+    best: AttentionConfig | None = None
+    for cfg in configs or attention_configs(d):
+        try:
+            ms = do_bench(lambda: fp8_attention(q, k, v, causal=causal, config=cfg, **kwargs), warmup=25, rep=100)
+        except Exception:  # noqa: BLE001 - a config the compiler rejects (e.g. out of shared memory)
+            continue
+        times[cfg.label()] = ms
+        if best is None or ms < times[best.label()]:
+            best = cfg
+    if best is None:
+        raise RuntimeError("tune_attention: no configuration compiled")
+    key = (triton.next_power_of_2(d), causal)
+    _TUNED[key + (q.shape[-2] // k.shape[-2], v_layout_of(v))] = best
+    _MEASURED_DEFAULTS[key] = replace(best)
+    return best, times

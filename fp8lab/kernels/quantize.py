@@ -1,0 +1,243 @@
+"""Fused bf16/fp16 -> e4m3fn quantization kernels for attention inputs.
+
+What these kernels teach
+------------------------
+Quantizing is memory-bound: read 2 bytes, write 1, a few flops in between. The
+only question is how many times the data crosses HBM.
+
+- Static scale (what vLLM does for Q, `scaled_fp8_quant`): ``inv = 1 / scale``,
+  ``e4m3(clamp(x * inv, -448, 448))``. One pass: read once, write once.
+- Dynamic per-token (one scale per ``(token, head)`` row of head_dim values):
+  a program holds whole rows, so amax, scale and cast happen in one pass.
+- Dynamic per-KV-head / per-tensor: the scale depends on every element of the
+  head (or tensor), and no program sees all of them, so the amax is a first,
+  read-only pass (``atomic_max`` into a ``(batch, heads_kv)`` table) and the
+  scale-and-cast a second. That is 2 reads + 1 write: the best a kernel can do
+  without holding the whole head on chip (docs/kernel-notes.md has the figures).
+
+Conventions (FA3's): ``descale = amax / 448`` (float32), ``x ~= x_fp8 * descale``,
+per-head and per-tensor descales are ``(batch, heads_kv)``; the per-tensor one is
+a stride-0 expand of one value. A zero amax gives descale 1 (nothing to scale).
+Values are divided by the descale (IEEE ``div_rn``), clamped to +-448 and rounded
+to nearest even; under ``TRITON_INTERPRET=1`` the rounding is done in float32
+first (`round_to_e4m3`), because the interpreter's own cast is wrong on carries.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+import triton
+import triton.language as tl
+
+from fp8lab.env import triton_interpret
+from fp8lab.kernels.fp8_rounding import round_to_e4m3
+
+__all__ = ["E4M3_MAX", "quantize_fp8", "quantize_fp8_static"]
+
+E4M3_MAX = 448.0  # largest finite e4m3fn value: 1.75 * 2^8
+Granularity = Literal["tensor", "head", "token"]
+
+
+@triton.jit
+def _to_e4m3(y, ROUND_IN_FP32: tl.constexpr):
+    y = tl.minimum(tl.maximum(y, -448.0), 448.0)  # saturate: a plain cast may give NaN past 448
+    if ROUND_IN_FP32:
+        y = round_to_e4m3(y)
+    return y.to(tl.float8e4nv)
+
+
+@triton.jit
+def _rows_tile(pid_t, pid_bh, heads, CU, seqlen_batched, stride_b, stride_s, stride_h,
+               BLOCK_T: tl.constexpr, D_PAD: tl.constexpr, D: tl.constexpr, VARLEN: tl.constexpr):
+    """Offsets (BLOCK_T, D_PAD) of this program's rows of one (sequence, head), their mask, b, h."""
+    b = pid_bh // heads
+    h = pid_bh % heads
+    if VARLEN:
+        start = tl.load(CU + b)
+        seqlen = tl.load(CU + b + 1) - start
+    else:
+        start = 0
+        seqlen = seqlen_batched
+    offs_t = pid_t * BLOCK_T + tl.arange(0, BLOCK_T)
+    offs_d = tl.arange(0, D_PAD)
+    mask = (offs_t[:, None] < seqlen) & (offs_d[None, :] < D)
+    offs = (b.to(tl.int64) * stride_b + h.to(tl.int64) * stride_h
+            + (start + offs_t)[:, None].to(tl.int64) * stride_s + offs_d[None, :])
+    return offs, mask, b, h
+
+
+@triton.jit
+def _amax_kernel(X, AMAX, CU, heads, group, seqlen, stride_b, stride_s, stride_h, stride_ab, stride_ah,
+                 BLOCK_T: tl.constexpr, D_PAD: tl.constexpr, D: tl.constexpr, VARLEN: tl.constexpr):
+    """Pass 1 (per head / per tensor): amax of a tile, atomically maxed into AMAX[b, h // group]."""
+    offs, mask, b, h = _rows_tile(tl.program_id(0), tl.program_id(1), heads, CU, seqlen,
+                                  stride_b, stride_s, stride_h, BLOCK_T, D_PAD, D, VARLEN)
+    x = tl.load(X + offs, mask=mask, other=0.0).to(tl.float32)
+    tl.atomic_max(AMAX + b * stride_ab + (h // group) * stride_ah, tl.max(tl.abs(x)))  # |x| >= 0: float max is safe
+
+
+@triton.jit
+def _scale_cast_kernel(X, Y, DESCALE, CU, heads, group, seqlen, stride_b, stride_s, stride_h,
+                       stride_yb, stride_ys, stride_yh, stride_db, stride_dh,
+                       BLOCK_T: tl.constexpr, D_PAD: tl.constexpr, D: tl.constexpr, VARLEN: tl.constexpr,
+                       STATIC: tl.constexpr, ROUND_IN_FP32: tl.constexpr):
+    """Pass 2 (per head / per tensor), or the only pass (static): y = e4m3(x / descale)."""
+    pid_t, pid_bh = tl.program_id(0), tl.program_id(1)
+    offs, mask, b, h = _rows_tile(pid_t, pid_bh, heads, CU, seqlen, stride_b, stride_s, stride_h,
+                                  BLOCK_T, D_PAD, D, VARLEN)
+    y_offs, _, _, _ = _rows_tile(pid_t, pid_bh, heads, CU, seqlen, stride_yb, stride_ys, stride_yh,
+                                 BLOCK_T, D_PAD, D, VARLEN)
+    x = tl.load(X + offs, mask=mask, other=0.0).to(tl.float32)
+    d = tl.load(DESCALE + b * stride_db + (h // group) * stride_dh)
+    if STATIC:  # vLLM's scaled_fp8_quant: multiply by the reciprocal
+        y = x * tl.math.div_rn(1.0, d)
+    else:
+        y = tl.math.div_rn(x, d)
+    tl.store(Y + y_offs, _to_e4m3(y, ROUND_IN_FP32), mask=mask)
+
+
+@triton.jit
+def _per_token_kernel(X, Y, DESCALE, CU, heads, seqlen, stride_b, stride_s, stride_h,
+                      stride_yb, stride_ys, stride_yh, stride_db, stride_ds, stride_dh,
+                      BLOCK_T: tl.constexpr, D_PAD: tl.constexpr, D: tl.constexpr, VARLEN: tl.constexpr,
+                      ROUND_IN_FP32: tl.constexpr):
+    """One pass: each row's amax, descale = amax / 448 (1 for a zero row), cast, store both."""
+    pid_t, pid_bh = tl.program_id(0), tl.program_id(1)
+    offs, mask, b, h = _rows_tile(pid_t, pid_bh, heads, CU, seqlen, stride_b, stride_s, stride_h,
+                                  BLOCK_T, D_PAD, D, VARLEN)
+    y_offs, _, _, _ = _rows_tile(pid_t, pid_bh, heads, CU, seqlen, stride_yb, stride_ys, stride_yh,
+                                 BLOCK_T, D_PAD, D, VARLEN)
+    d_offs, row_mask, _, _ = _rows_tile(pid_t, pid_bh, heads, CU, seqlen, stride_db, stride_ds, stride_dh,
+                                        BLOCK_T, 1, 1, VARLEN)
+    x = tl.load(X + offs, mask=mask, other=0.0).to(tl.float32)
+    amax = tl.max(tl.abs(x), 1)
+    d = tl.where(amax > 0, tl.math.div_rn(amax, 448.0), 1.0)
+    y = tl.math.div_rn(x, d[:, None])
+    tl.store(Y + y_offs, _to_e4m3(y, ROUND_IN_FP32), mask=mask)
+    tl.store(DESCALE + d_offs, d[:, None], mask=row_mask)
+
+
+def _layout(x: torch.Tensor, cu_seqlens: torch.Tensor | None):
+    """(batch, seqlen, heads, d) strides for batched or varlen x, and the launch sizes."""
+    if x.dtype not in (torch.bfloat16, torch.float16, torch.float32):
+        raise TypeError(f"x: expected bfloat16, float16 or float32, got {str(x.dtype).replace('torch.', '')}")
+    if x.device.type != "cuda" and not triton_interpret():
+        raise ValueError(f"x: expected a CUDA tensor (or TRITON_INTERPRET=1 on the CPU), got {x.device}")
+    if x.numel() and x.stride(-1) != 1:
+        raise ValueError(f"x: the last dim (head_dim) must be contiguous, got stride {x.stride(-1)}")
+    if cu_seqlens is None:
+        if x.dim() != 4:
+            raise ValueError(f"x: expected (batch, seqlen, heads, head_dim), or 3-D with cu_seqlens, got {tuple(x.shape)}")
+        batch, seqlen, heads, d = x.shape
+        return batch, seqlen, heads, d, (x.stride(0), x.stride(1), x.stride(2))
+    if x.dim() != 3:
+        raise ValueError(f"x: varlen expects (total_tokens, heads, head_dim), got {tuple(x.shape)}")
+    if cu_seqlens.dtype != torch.int32 or cu_seqlens.dim() != 1 or cu_seqlens.numel() < 2:
+        raise ValueError(f"cu_seqlens: expected int32 (batch + 1,), got {cu_seqlens.dtype} {tuple(cu_seqlens.shape)}")
+    cu = cu_seqlens.tolist()
+    if cu[0] != 0 or cu[-1] != x.shape[0] or any(b < a for a, b in zip(cu, cu[1:])):
+        raise ValueError(f"cu_seqlens: expected 0 = c0 <= c1 <= ... = {x.shape[0]} tokens, got {cu}")
+    seqlen = max(b - a for a, b in zip(cu, cu[1:]))
+    return len(cu) - 1, seqlen, x.shape[1], x.shape[2], (0, x.stride(0), x.stride(1))
+
+
+def _heads_kv(heads: int, heads_kv: int | None) -> int:
+    hk = heads if heads_kv is None else int(heads_kv)
+    if hk < 1 or heads % hk:
+        raise ValueError(f"heads_kv: expected a divisor of the {heads} heads, got {heads_kv}")
+    return hk
+
+
+def _block_t(d_pad: int) -> int:
+    return 16 if triton_interpret() else max(1, 8192 // d_pad)  # ~8k elements per program on a GPU
+
+
+def quantize_fp8(
+    x: torch.Tensor,
+    granularity: Granularity = "head",
+    *,
+    cu_seqlens: torch.Tensor | None = None,
+    heads_kv: int | None = None,
+    round_in_fp32: bool | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Dynamic e4m3fn quantization with fused amax, scale and cast.
+
+    x: bf16/fp16/fp32 (batch, seqlen, heads, d) or varlen (total, heads, d) with int32
+    `cu_seqlens`. granularity:
+      "head"   descale (batch, heads_kv) from each (sequence, kv head)'s amax; with
+               `heads_kv` < heads (Q under GQA) the query heads of a group share one.
+      "tensor" one amax; descale (batch, heads_kv) as a stride-0 expand of it.
+      "token"  one descale per (token, head) row: shape x.shape[:-1] (not an FA3 layout).
+    Returns (x_fp8 float8_e4m3fn in x's shape, descale float32), x ~= x_fp8 * descale.
+    """
+    if granularity not in ("tensor", "head", "token"):
+        raise ValueError(f"granularity: expected 'tensor', 'head' or 'token', got {granularity!r}")
+    batch, seqlen, heads, d, strides = _layout(x, cu_seqlens)
+    hk = _heads_kv(heads, heads_kv)
+    round_p = triton_interpret() if round_in_fp32 is None else bool(round_in_fp32)
+    y = torch.empty(x.shape, dtype=torch.float8_e4m3fn, device=x.device)
+    y_strides = (0,) + y.stride()[:2] if cu_seqlens is not None else y.stride()[:3]
+    cu = cu_seqlens if cu_seqlens is not None else torch.zeros(1, dtype=torch.int32, device=x.device)
+    d_pad = triton.next_power_of_2(max(d, 1))
+    bt = _block_t(d_pad)
+    grid = (triton.cdiv(max(seqlen, 1), bt), batch * heads)
+    if granularity == "token":
+        descale = torch.empty(x.shape[:-1], dtype=torch.float32, device=x.device)
+        d_strides = (0,) + descale.stride() if cu_seqlens is not None else descale.stride()
+        if x.numel():
+            _per_token_kernel[grid](x, y, descale, cu, heads, seqlen, *strides, *y_strides, *d_strides,
+                                    BLOCK_T=bt, D_PAD=d_pad, D=d, VARLEN=cu_seqlens is not None, ROUND_IN_FP32=round_p)
+        return y, descale
+    per_tensor = granularity == "tensor"
+    amax = torch.zeros((1, 1) if per_tensor else (batch, hk), dtype=torch.float32, device=x.device)
+    a_strides = (0, 0) if per_tensor else amax.stride()
+    group = heads // hk
+    if x.numel():
+        _amax_kernel[grid](x, amax, cu, heads, group, seqlen, *strides, *a_strides,
+                           BLOCK_T=bt, D_PAD=d_pad, D=d, VARLEN=cu_seqlens is not None)
+    descale = torch.where(amax > 0, amax / E4M3_MAX, torch.ones_like(amax))
+    if per_tensor:
+        descale = descale.expand(batch, hk)
+    if x.numel():
+        _scale_cast_kernel[grid](x, y, descale, cu, heads, group, seqlen, *strides, *y_strides, *descale.stride(),
+                                 BLOCK_T=bt, D_PAD=d_pad, D=d, VARLEN=cu_seqlens is not None,
+                                 STATIC=False, ROUND_IN_FP32=round_p)
+    return y, descale
+
+
+def quantize_fp8_static(
+    x: torch.Tensor,
+    scale: torch.Tensor | float,
+    *,
+    cu_seqlens: torch.Tensor | None = None,
+    heads_kv: int | None = None,
+    round_in_fp32: bool | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """vLLM's static per-tensor quantization of Q: e4m3(clamp(x * (1 / scale), +-448)), one pass.
+
+    scale: a positive float or one-element float32 tensor (the checkpoint's q_scale).
+    Returns (x_fp8, descale) with descale = scale expanded to (batch, heads_kv), stride 0,
+    exactly what vLLM passes to FA3 as q_descale.
+    """
+    batch, seqlen, heads, d, strides = _layout(x, cu_seqlens)
+    hk = _heads_kv(heads, heads_kv)
+    s = torch.as_tensor(scale, dtype=torch.float32, device=x.device).reshape(-1)
+    if s.numel() != 1:
+        raise ValueError(f"scale: expected one value (static per-tensor), got {s.numel()}")
+    if not bool(torch.isfinite(s).all() and (s > 0).all()):
+        raise ValueError(f"scale: expected a finite value > 0, got {s.item()}")
+    descale = s.reshape(1, 1).expand(batch, hk)
+    round_p = triton_interpret() if round_in_fp32 is None else bool(round_in_fp32)
+    y = torch.empty(x.shape, dtype=torch.float8_e4m3fn, device=x.device)
+    y_strides = (0,) + y.stride()[:2] if cu_seqlens is not None else y.stride()[:3]
+    cu = cu_seqlens if cu_seqlens is not None else torch.zeros(1, dtype=torch.int32, device=x.device)
+    d_pad = triton.next_power_of_2(max(d, 1))
+    bt = _block_t(d_pad)
+    if x.numel():
+        grid = (triton.cdiv(max(seqlen, 1), bt), batch * heads)
+        _scale_cast_kernel[grid](x, y, descale, cu, heads, heads // hk, seqlen, *strides, *y_strides, 0, 0,
+                                 BLOCK_T=bt, D_PAD=d_pad, D=d, VARLEN=cu_seqlens is not None,
+                                 STATIC=True, ROUND_IN_FP32=round_p)
+    return y, descale

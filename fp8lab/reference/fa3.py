@@ -1,0 +1,365 @@
+"""FlashAttention-3's FP8 forward pass, emulated step by step on any device.
+
+What FA3 does for one query row (hopper/mainloop_fwd_sm90_tma_gmma_ws.hpp,
+hopper/softmax.h), and what this module does, vectorized over batch, heads
+and queries with a loop over key blocks only:
+
+    scale_log2 = softmax_scale * log2(e) * (q_descale * k_descale)   # fp32
+    m = -inf; l = 0; O = 0
+    for each key block of kBlockN keys, LAST block first:
+        S   = Q8 @ K8^T                      # FP8 MMA, fp32 accumulator
+        m'  = max(m, rowmax(S))              # raw scores, running max
+        r   = exp2((m - m') * scale_log2)    # rescale of what came before
+        P   = exp2(S * scale_log2 - (m' * scale_log2 - 8))   # in [0, 256]
+        l   = l * r + rowsum(P)              # fp32 P, BEFORE the e4m3 cast
+        O   = O * r + e4m3(P) @ V8           # FP8 MMA into the fp32 O
+        m   = m'
+    out = bf16(O * (1 / l * v_descale));  lse = m * scale_log2 * ln2 + log(l / 2^8)
+
+Each step can be made exact (`FA3Steps`), so the error of each is measurable
+alone, and `AccumulatorModel` models the FP8 MMA accumulator of Hopper, which
+keeps fewer bits than fp32, with optional two-level accumulation (vLLM).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields, replace
+from typing import Literal
+
+import torch
+
+from fp8lab.formats import cast_to_fp8
+from fp8lab.layout import sequences
+from fp8lab.reference.exact import check_softmax_scale, group_rows, query_chunk, shape_of, ungroup_rows
+from fp8lab.reference.masks import key_range, normalize_window, visible
+
+__all__ = ["AccumulatorModel", "FA3Steps", "attention_fa3_fp8", "fa3_block_n", "mma"]
+
+LOG2E = 1.4426950408889634  # M_LOG2E, FA3 folds it into the softmax scale to use exp2
+LN2 = 0.6931471805599453  # M_LN2, turns the exp2-domain max back into a natural-log lse
+
+
+@dataclass(frozen=True)
+class FA3Steps:
+    """Which steps follow FA3's FP8 arithmetic (True) and which are exact (False).
+
+    q, k, v: cast the input to e4m3 (float inputs only; FP8 inputs are already cast).
+    fp32:    scores, softmax statistics and the O accumulator in float32 (else float64).
+    p:       P rounded to e4m3 (RNE, saturating) before the P.V product.
+    output:  output rounded to bf16.
+    """
+
+    q: bool = True
+    k: bool = True
+    v: bool = True
+    fp32: bool = True
+    p: bool = True
+    output: bool = True
+
+    @classmethod
+    def exact(cls) -> FA3Steps:
+        """Every step exact: the emulation then computes exact attention."""
+        return cls(**{f.name: False for f in fields(cls)})
+
+    @classmethod
+    def only(cls, *names: str) -> FA3Steps:
+        """Only the named steps in FP8 arithmetic, the rest exact."""
+        _check_names(names)
+        return replace(cls.exact(), **{n: True for n in names})
+
+    def without(self, *names: str) -> FA3Steps:
+        """These steps, with the named ones made exact."""
+        _check_names(names)
+        return replace(self, **{n: False for n in names})
+
+
+STEP_NAMES: tuple[str, ...] = tuple(f.name for f in fields(FA3Steps))
+
+
+def _check_names(names: tuple[str, ...]) -> None:
+    bad = [n for n in names if n not in STEP_NAMES]
+    if bad:
+        raise ValueError(f"unknown step(s) {bad}; expected names from {STEP_NAMES}")
+
+
+@dataclass(frozen=True)
+class AccumulatorModel:
+    """A model of Hopper's FP8 tensor-core accumulator.
+
+    Each MMA step adds `k_chunk` products (WGMMA's K is 32 for FP8) to the
+    accumulator C. The sum is aligned to the largest magnitude involved and
+    kept to `mantissa_bits` bits below its leading bit, cut toward zero
+    ("truncate") or rounded to nearest ("nearest"). The alignment exponent is
+    taken from max(|C|, sum|a*b| over the chunk), an upper bound of the
+    largest single term (the exact per-product maximum would need the whole
+    product tensor in memory).
+
+    promote_every: None: the accumulator is FA3's O itself, across all key
+    blocks (upstream FA3). An int n: two-level accumulation, a fresh
+    accumulator flushed into an fp32 O every n keys, rounded up to whole key
+    blocks (vLLM flushes every block, or every 4 blocks since PR #122).
+    apply_to_qk: model the Q.K^T MMA too (its sum runs over head_dim).
+    """
+
+    mantissa_bits: int = 13
+    k_chunk: int = 32
+    promote_every: int | None = None
+    rounding: Literal["truncate", "nearest"] = "truncate"
+    apply_to_qk: bool = True
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.mantissa_bits, int) and 1 <= self.mantissa_bits <= 52):
+            raise ValueError(f"mantissa_bits: expected an int in [1, 52], got {self.mantissa_bits!r}")
+        if not (isinstance(self.k_chunk, int) and self.k_chunk >= 1):
+            raise ValueError(f"k_chunk: expected an int >= 1, got {self.k_chunk!r}")
+        if self.promote_every is not None and not (isinstance(self.promote_every, int) and self.promote_every >= 1):
+            raise ValueError(f"promote_every: expected None or an int >= 1, got {self.promote_every!r}")
+        if self.rounding not in ("truncate", "nearest"):
+            raise ValueError(f"rounding: expected 'truncate' or 'nearest', got {self.rounding!r}")
+
+
+def mma(a: torch.Tensor, b: torch.Tensor, acc: torch.Tensor | None, model: AccumulatorModel) -> torch.Tensor:
+    """acc + a @ b through the accumulator model; float64 in, float64 out (values fit float32 when bits <= 23).
+
+    a: (..., rows, K), b: (..., K, cols), acc: (..., rows, cols) or None (zero).
+    """
+    out = torch.zeros(*a.shape[:-1], b.shape[-1], dtype=torch.float64, device=a.device) if acc is None else acc
+    kk = a.shape[-1]
+    for c0 in range(0, kk, model.k_chunk):
+        ac, bc = a[..., c0:c0 + model.k_chunk], b[..., c0:c0 + model.k_chunk, :]
+        total = out + ac @ bc
+        ref = torch.maximum(out.abs(), ac.abs() @ bc.abs())
+        _, e = torch.frexp(ref)  # ref = mant * 2^e, mant in [0.5, 1): leading bit 2^(e-1)
+        quantum = torch.ldexp(torch.ones_like(ref), (e - 1 - model.mantissa_bits).to(torch.float64))
+        t = total / quantum
+        t = torch.trunc(t) if model.rounding == "truncate" else torch.round(t)
+        out = torch.where(ref > 0, t * quantum, total)
+    return out
+
+
+def fa3_block_n(
+    head_dim: int,
+    head_dim_v: int | None = None,
+    *,
+    causal: bool = False,
+    local: bool = False,
+    fp8: bool = True,
+) -> int:
+    """FA3's kBlockN on Hopper (hopper/tile_size.h, `tile_size_fwd_sm90`).
+
+    For the plain path: TMA K/V (not paged), V row-major, no softcap, two MMA
+    warpgroups (one is used only when seqlen_q * heads_q / heads_kv <= 64).
+    """
+    d, dv = head_dim, head_dim if head_dim_v is None else head_dim_v
+    if fp8:
+        if d <= 64:
+            return 160
+        if d <= 96:
+            return 128
+        if d <= 128:
+            return 224
+        if d <= 192:
+            return 160
+        return 64 if local else 128
+    if d <= 64:
+        if dv == 512:
+            return 64
+        if dv == 256:
+            return 112
+        return 128 if causal else (160 if local else 192)
+    if d <= 96:
+        return 128 if local else 144
+    if d <= 128:
+        return 128 if (causal or local) else 176
+    if d <= 192:
+        return 96 if local else (128 if dv <= 128 else 112)
+    return 64 if local else 80
+
+
+def _to_units(x: torch.Tensor, descale: torch.Tensor | None, heads_kv: int, cast: bool) -> torch.Tensor:
+    """float64 values in FP8 units (x = units * descale): the FP8 values, or float x / descale (cast if asked).
+
+    x: (batch, seqlen, heads, dim), descale (batch, heads_kv) or None.
+    """
+    if x.dtype == torch.float8_e4m3fn:
+        return x.to(torch.float64)
+    # the cast divides in float32 as production quantizers do; the exact path in float64
+    dt = torch.float32 if cast else torch.float64
+    units = x.to(dt)
+    if descale is not None:
+        g = x.shape[2] // heads_kv
+        units = units / descale.to(dt).repeat_interleave(g, dim=1)[:, None, :, None]
+    return cast_to_fp8(units).to(torch.float64) if cast else units
+
+
+def _fa3_batched(
+    qu: torch.Tensor,
+    ku: torch.Tensor,
+    vu: torch.Tensor,
+    qd: torch.Tensor,
+    kd: torch.Tensor,
+    vd: torch.Tensor,
+    scale: float,
+    left: int,
+    right: int,
+    block_n: int,
+    reverse_blocks: bool,
+    max_offset: float,
+    steps: FA3Steps,
+    accumulator: AccumulatorModel | None,
+    rowsum_of_fp8_p: bool,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Units qu (b, sq, hq, d), ku/vu (b, sk, hkv, d), float64 descales (b, hkv) -> out (b, sq, hq, dv), lse (b, hq, sq)."""
+    b, sq, hq, _ = qu.shape
+    sk, hkv, dv = ku.shape[1], ku.shape[2], vu.shape[3]
+    g = hq // hkv
+    ct = torch.float32 if steps.fp32 else torch.float64
+    dev = qu.device
+    # softmax_scale_log2 * (q_descale * k_descale), one fp32 value per (batch, kv head)
+    sl2 = (torch.tensor(scale * LOG2E, dtype=torch.float64).to(ct) * (qd.to(ct) * kd.to(ct))).to(ct)
+    sl2 = sl2[:, :, None, None].to(dev)
+    sl2_64 = sl2.to(torch.float64)
+    factor_v = vd.to(ct)[:, :, None, None].to(dev)
+    qg = group_rows(qu, hkv)  # (b, hkv, g, sq, d)
+    kt = ku.permute(0, 2, 3, 1)  # (b, hkv, d, sk)
+    vg = vu.permute(0, 2, 1, 3)  # (b, hkv, sk, dv)
+    out = torch.zeros(b, hkv, g, sq, dv, dtype=ct, device=dev)
+    lse = torch.full((b, hkv, g, sq), -math.inf, dtype=ct, device=dev)
+    qk_model = accumulator if accumulator is not None and accumulator.apply_to_qk else None
+    step = query_chunk(b, hq, block_n)
+    for q0 in range(0, sq, step):
+        q1 = min(sq, q0 + step)
+        c = q1 - q0
+        rows = qg[:, :, :, q0:q1].reshape(b, hkv, g * c, -1)
+        q_pos = torch.arange(q0, q1, device=dev).repeat(g)
+        lo, hi = key_range(q0, q1, sq, sk, left, right)
+        blocks = list(range(lo // block_n, -(-hi // block_n))) if hi > lo else []
+        if reverse_blocks:
+            blocks.reverse()
+        m = torch.full((b, hkv, g * c, 1), -math.inf, dtype=ct, device=dev)
+        l = torch.zeros(b, hkv, g * c, 1, dtype=ct, device=dev)
+        o = torch.zeros(b, hkv, g * c, dv, dtype=ct, device=dev)
+        pending = None  # two-level accumulation: the MMA accumulator not yet flushed into o
+        keys_pending = 0
+        for j in blocks:
+            k0, k1 = j * block_n, min(sk, (j + 1) * block_n)
+            if qk_model is not None:
+                s = mma(rows, kt[..., k0:k1], None, qk_model).to(ct)
+            else:
+                s = (rows @ kt[..., k0:k1]).to(ct)
+            mask = visible(q_pos, torch.arange(k0, k1, device=dev), sq, sk, left, right)
+            s = s.masked_fill(~mask, -math.inf)
+            m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True))
+            m_use = torch.where(m_new == -math.inf, torch.zeros_like(m_new), m_new)  # FA3's Check_inf
+            rescale = torch.exp2((m - m_use) * sl2)
+            max_scaled = (m_use.to(torch.float64) * sl2_64 - max_offset).to(ct)
+            # exp2f(s * scale_log2 - max_scaled): one FFMA, so one rounding of the argument
+            p = torch.exp2((s.to(torch.float64) * sl2_64 - max_scaled.to(torch.float64)).to(ct))
+            p8 = cast_to_fp8(p).to(ct) if steps.p else p
+            l = l * rescale + (p8 if rowsum_of_fp8_p else p).sum(dim=-1, keepdim=True)
+            o = o * rescale
+            vb = vg[:, :, k0:k1]
+            if accumulator is None:
+                o = o + (p8 @ vb.to(ct))
+            elif accumulator.promote_every is None:
+                o = mma(p8.to(torch.float64), vb, o.to(torch.float64), accumulator).to(ct)
+            else:
+                pending = None if pending is None else (pending * rescale.to(torch.float64)).to(ct).to(torch.float64)
+                pending = mma(p8.to(torch.float64), vb, pending, accumulator).to(ct).to(torch.float64)
+                keys_pending += k1 - k0
+                if keys_pending >= accumulator.promote_every:
+                    o, pending, keys_pending = o + pending.to(ct), None, 0
+            m = m_new
+        if pending is not None:
+            o = o + pending.to(ct)
+        ok = (l > 0) & ~torch.isnan(l)
+        inv = torch.where(ok, 1.0 / torch.where(ok, l, torch.ones_like(l)), torch.zeros_like(l))
+        out[:, :, :, q0:q1] = (o * (inv * factor_v)).reshape(b, hkv, g, c, dv)
+        lse_c = m * (sl2 * LN2) + torch.log(l * 2.0 ** -max_offset)
+        lse_c = torch.where(ok, lse_c, torch.full_like(lse_c, -math.inf))
+        lse[:, :, :, q0:q1] = lse_c.reshape(b, hkv, g, c)
+    out = ungroup_rows(out)
+    if steps.output:
+        out = out.to(torch.bfloat16)
+    return out, lse.reshape(b, hq, sq)
+
+
+def attention_fa3_fp8(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    q_descale: torch.Tensor | None = None,
+    k_descale: torch.Tensor | None = None,
+    v_descale: torch.Tensor | None = None,
+    *,
+    causal: bool = False,
+    softmax_scale: float | None = None,
+    window_size: tuple[int, int] = (-1, -1),
+    cu_seqlens_q: torch.Tensor | None = None,
+    cu_seqlens_k: torch.Tensor | None = None,
+    max_seqlen_q: int | None = None,
+    max_seqlen_k: int | None = None,
+    block_n: int | None = None,
+    reverse_blocks: bool = True,
+    max_offset: float = 8.0,
+    steps: FA3Steps = FA3Steps(),
+    accumulator: AccumulatorModel | None = None,
+    rowsum_of_fp8_p: bool = False,
+    return_lse: bool = False,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """FA3's FP8 forward, emulated (see the module docstring for the algorithm).
+
+    q, k, v: FA3 layouts (batched or varlen with cu_seqlens). Either float8_e4m3fn
+    with float32 (batch, heads_kv) descales (None = 1), or float tensors, where a
+    descale is the quantization step: x is cast as e4m3(x / descale) when the
+    step is on, and kept exact (x / descale in float32) when it is off.
+    block_n: keys per block, None = FA3's kBlockN for this head dim (`fa3_block_n`).
+    reverse_blocks: visit the last key block first, as FA3 does.
+    max_offset: FA3's Max_offset (8 for FP8: P in [0, 2^8]); 0 gives P in [0, 1].
+    steps: which steps are emulated (`FA3Steps`); accumulator: None = exact fp32
+    accumulation, or an `AccumulatorModel`.
+    rowsum_of_fp8_p: sum P after the e4m3 cast (FA3 sums the fp32 P: False).
+
+    Returns out in q's layout (bf16 with steps.output, else float32 with
+    steps.fp32, else float64) and with return_lse the natural-log lse,
+    (batch, heads_q, seqlen_q) or (heads_q, total_q) varlen.
+    """
+    descales = (q_descale, k_descale, v_descale)
+    shape = shape_of(q, k, v, descales, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
+    left, right = normalize_window(causal, window_size)
+    scale = check_softmax_scale(softmax_scale, shape.head_dim)
+    if block_n is None:
+        block_n = fa3_block_n(shape.head_dim, shape.head_dim_v, causal=causal, local=left >= 0 or right > 0)
+    if isinstance(block_n, bool) or not isinstance(block_n, int) or block_n < 1:
+        raise ValueError(f"block_n: expected a positive int or None, got {block_n!r}")
+    if not isinstance(max_offset, (int, float)) or not math.isfinite(max_offset) or max_offset < 0:
+        raise ValueError(f"max_offset: expected a finite number >= 0, got {max_offset!r}")
+    if not isinstance(steps, FA3Steps):
+        raise TypeError(f"steps: expected an FA3Steps, got {type(steps).__name__}")
+    if accumulator is not None and not isinstance(accumulator, AccumulatorModel):
+        raise TypeError(f"accumulator: expected None or an AccumulatorModel, got {type(accumulator).__name__}")
+    options = (scale, left, right, block_n, reverse_blocks, float(max_offset), steps, accumulator, rowsum_of_fp8_p)
+
+    def run(qs, ks, vs, sel):
+        hk = shape.heads_kv
+        dsc = [None if d is None else d[sel] for d in descales]
+        qu = _to_units(qs, dsc[0], hk, steps.q)
+        ku = _to_units(ks, dsc[1], hk, steps.k)
+        vu = _to_units(vs, dsc[2], hk, steps.v)
+        ones = torch.ones(qu.shape[0], hk, dtype=torch.float64, device=q.device)
+        d64 = [ones if d is None else d.to(torch.float64) for d in dsc]
+        return _fa3_batched(qu, ku, vu, *d64, *options)
+
+    if not shape.varlen:
+        out, lse = run(q, k, v, slice(None))
+        return (out, lse) if return_lse else out
+    out = lse = None
+    for b, iq, ik in sequences(shape):
+        o, l = run(q[iq][None], k[ik][None], v[ik][None], slice(b, b + 1))
+        if out is None:
+            out = torch.zeros(q.shape[0], shape.heads_q, shape.head_dim_v, dtype=o.dtype, device=q.device)
+            lse = torch.full((shape.heads_q, q.shape[0]), -math.inf, dtype=l.dtype, device=q.device)
+        out[iq] = o[0]
+        lse[:, iq] = l[0]
+    return (out, lse) if return_lse else out

@@ -1,0 +1,353 @@
+#!/usr/bin/env python3
+"""H200 run for fp8lab.kernels: correctness on the GPU, then speed against FA3 and vLLM.
+
+One script per device call (device time is scarce): it checks our FP8 attention
+and quantization kernels against the FA3 emulation / float64 references on
+awkward shapes, sweeps kernel variants (V layout, TMA, block sizes, stages),
+then times the issue's grid (b*s = 16k tokens, 32 heads, d 64/128/256, seqlen
+4k-16k, causal and not) for our kernel, fa3-fwd FP8, fa3-fwd bf16 and vLLM's FA3
+FP8 varlen path, and the quantization kernels against the device copy.
+
+    python3 scripts/gpu_bench.py --out $OUT [--budget 420]
+
+Writes bench_<section>.json files (with fp8lab.env.context()) under --out and
+prints a short table. Sections stop early when the time budget runs out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import torch  # noqa: E402
+
+from fp8lab import bench  # noqa: E402
+from fp8lab.env import context  # noqa: E402
+from fp8lab.kernels import attention as A  # noqa: E402
+from fp8lab.kernels.quantize import quantize_fp8, quantize_fp8_static  # noqa: E402
+
+
+def rel_l2(a: torch.Tensor, b: torch.Tensor) -> float:
+    a, b = a.double(), b.double()
+    return float((a - b).norm() / b.norm().clamp_min(1e-300))
+
+
+class Run:
+    def __init__(self, out: Path, budget: float):
+        self.out, self.t0, self.budget = out, time.time(), budget
+        self.ctx = context(script="scripts/gpu_bench.py")
+        self.sections: dict[str, list[dict]] = {}
+
+    def left(self) -> float:
+        return self.budget - (time.time() - self.t0)
+
+    def save(self, name: str, rows: list[dict], **meta) -> None:
+        self.sections[name] = rows
+        bench.write_results(self.out / f"bench_{name}.json", rows, self.ctx, elapsed_s=round(time.time() - self.t0, 1), **meta)
+
+
+# ----------------------------------------------------------------------------------------
+def load_providers() -> dict:
+    prov = {}
+    try:
+        import fa3_fwd_interface as fa3
+
+        prov["fa3"] = fa3
+    except Exception as e:  # noqa: BLE001
+        print("fa3-fwd unavailable:", e)
+    so = ROOT / ".gpu" / "_vllm_fa3_C.abi3.so"
+    try:
+        if not so.exists() and (ROOT / ".gpu" / "_vllm_fa3_C.abi3.so.xz").stat().st_size > 0:
+            os.system(f"xz -dk {so}.xz")
+        torch.ops.load_library(str(so))
+        prov["vllm"] = torch.ops._vllm_fa3_C.fwd
+    except Exception as e:  # noqa: BLE001
+        print("vLLM FA3 unavailable:", e)
+    return prov
+
+
+def fa3_call(fa3, q, k, v, qd, kd, vd, causal):
+    r = fa3.flash_attn_func(q, k, v, causal=causal, q_descale=qd, k_descale=kd, v_descale=vd)
+    return r[0] if isinstance(r, tuple) else r
+
+
+def vllm_call(fwd, q, k, v, qd, kd, vd, causal, cu, max_s):
+    scale = q.shape[-1] ** -0.5
+    return fwd(q, k, v, None, None, None, None, cu, cu, None, None, None, max_s, max_s, None,
+               None, None, None, None, None, qd, kd, vd, scale, causal, -1, -1, 0.0, True, None, 0,
+               None, 0, None, 1, 0, None)[0]
+
+
+def make_inputs(b, sq, sk, hq, hk, d, gen, varlen=False):
+    """bf16 N(0,1) inputs quantized per head by our own kernel (random, never-one descales)."""
+    q = torch.randn(b, sq, hq, d, device="cuda", generator=gen, dtype=torch.bfloat16)
+    k = torch.randn(b, sk, hk, d, device="cuda", generator=gen, dtype=torch.bfloat16)
+    v = torch.randn(b, sk, hk, d, device="cuda", generator=gen, dtype=torch.bfloat16)
+    q8, qd = quantize_fp8(q, "head", heads_kv=hk)
+    k8, kd = quantize_fp8(k, "head")
+    v8, vd = quantize_fp8(v, "head")
+    return q8, k8, v8, qd, kd, vd
+
+
+# ----------------------------------------------------------------------------------------
+def correctness(run: Run, prov: dict) -> None:
+    from fp8lab.reference.exact import attention_exact
+    from fp8lab.reference.fa3 import attention_fa3_fp8
+
+    gen = torch.Generator(device="cuda").manual_seed(1)
+    rows = []
+    cases = [(2, 203, 203, 8, 2, d, c) for d in (64, 128, 256) for c in (False, True)]
+    cases += [(2, 113, 203, 8, 8, 128, True), (1, 203, 113, 4, 1, 96, True), (1, 203, 113, 4, 1, 192, False)]
+    for (b, sq, sk, hq, hk, d, causal) in cases:
+        q, k, v, qd, kd, vd = make_inputs(b, sq, sk, hq, hk, d, gen)
+        kw = dict(q_descale=qd, k_descale=kd, v_descale=vd, causal=causal)
+        exact = attention_exact(q, k, v, **kw)
+        for variant in ("natural", "transposed", "transposed-tma", "natural-tma"):
+            vv = A.pretranspose_v(v) if variant.startswith("transposed") else v
+            cfg = A.default_config(d, causal)
+            cfg = A.AttentionConfig(cfg.block_m, cfg.block_n, cfg.num_warps, cfg.num_stages, "tma" in variant)
+            try:
+                out, lse = A.fp8_attention(q, k, vv, qd, kd, vd, causal=causal, config=cfg, return_lse=True)
+                emu, else_ = attention_fa3_fp8(q, k, v, qd, kd, vd, causal=causal, block_n=cfg.block_n, return_lse=True)
+                out_r = A.fp8_attention(q, k, vv, qd, kd, vd, causal=causal, config=cfg, round_p_in_fp32=True)
+                qd0 = qd[:1, :1].expand_as(qd)
+                o1 = A.fp8_attention(q, k, vv, qd0, kd, vd, causal=causal, config=cfg)
+                o2 = A.fp8_attention(q, k, vv, qd0.contiguous(), kd, vd, causal=causal, config=cfg)
+                fin = torch.isfinite(else_)
+                row = dict(case=f"{b}x{sq}/{sk}x{hq}/{hk}x{d}{' causal' if causal else ''}", variant=variant,
+                           block_n=cfg.block_n, ours_vs_emu=rel_l2(out, emu), emu_vs_exact=rel_l2(emu, exact),
+                           ours_vs_exact=rel_l2(out, exact), lse_max_abs=float((lse - else_)[fin].abs().max()),
+                           p_round_fp32_bitwise=bool(torch.equal(out, out_r)),
+                           stride0_bitwise=bool(torch.equal(o1, o2)), finite=bool(torch.isfinite(out).all()))
+                if "fa3" in prov and d in (64, 128, 256) and variant == "natural":
+                    f = fa3_call(prov["fa3"], q, k, v, qd, kd, vd, causal)
+                    row.update(fa3_vs_emu=rel_l2(f, emu), fa3_vs_exact=rel_l2(f, exact))
+            except Exception as e:  # noqa: BLE001
+                row = dict(case=f"{b}x{sq}/{sk}x{hq}/{hk}x{d}", variant=variant, error=repr(e)[:300])
+            row["ratio"] = row.get("ours_vs_emu", math.nan) / max(row.get("emu_vs_exact", math.nan), 1e-30)
+            rows.append(row)
+    # varlen with GQA and awkward lengths
+    lens = [113, 203, 37, 70]
+    cu = torch.tensor([0] + list(torch.tensor(lens).cumsum(0)), dtype=torch.int32, device="cuda")
+    for causal in (False, True):
+        q, k, v, qd, kd, vd = make_inputs(1, sum(lens), sum(lens), 8, 2, 128, gen)
+        q, k, v = q[0], k[0], v[0]
+        qd, kd, vd = (torch.rand(len(lens), 2, device="cuda", generator=gen) * 0.02 + 0.01 for _ in range(3))
+        kw = dict(cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=max(lens), max_seqlen_k=max(lens), causal=causal)
+        for variant in ("natural", "transposed", "natural-tma"):
+            vv = A.pretranspose_v(v) if variant.startswith("transposed") else v
+            cfg = A.default_config(128, causal)
+            cfg = A.AttentionConfig(cfg.block_m, cfg.block_n, cfg.num_warps, cfg.num_stages, "tma" in variant)
+            try:
+                out = A.fp8_attention(q, k, vv, qd, kd, vd, config=cfg, **kw)
+                emu = attention_fa3_fp8(q, k, v, qd, kd, vd, block_n=cfg.block_n, **kw)
+                exact = attention_exact(q, k, v, q_descale=qd, k_descale=kd, v_descale=vd, **kw)
+                rows.append(dict(case=f"varlen {lens}x8/2x128{' causal' if causal else ''}", variant=variant,
+                                 ours_vs_emu=rel_l2(out, emu), emu_vs_exact=rel_l2(emu, exact),
+                                 ratio=rel_l2(out, emu) / rel_l2(emu, exact)))
+            except Exception as e:  # noqa: BLE001
+                rows.append(dict(case="varlen", variant=variant, error=repr(e)[:300]))
+    run.save("correctness", rows)
+
+
+def quant(run: Run) -> None:
+    from fp8lab.formats import cast_to_fp8
+
+    gen = torch.Generator(device="cuda").manual_seed(2)
+    rows = []
+    # bitwise against the torch reference (formats.cast_to_fp8) on an awkward shape
+    x = torch.randn(3, 203, 8, 128, device="cuda", generator=gen, dtype=torch.bfloat16) * 7
+    y, d = quantize_fp8(x, "head", heads_kv=4)
+    am = x.float().abs().reshape(3, 203, 4, 2, 128).amax(dim=(1, 3, 4))
+    ref = cast_to_fp8(x.float() / (am / 448).repeat_interleave(2, 1)[:, None, :, None])
+    yt, dt = quantize_fp8(x, "token")
+    reft = cast_to_fp8(x.float() / (x.float().abs().amax(-1) / 448)[..., None])
+    ys, _ = quantize_fp8_static(x, 0.0123)
+    refs = cast_to_fp8(torch.clamp(x.float() * (1 / torch.tensor(0.0123, device="cuda")), -448, 448))
+    yr, _ = quantize_fp8(x, "head", heads_kv=4, round_in_fp32=True)
+    rows.append(dict(check="bitwise", head=bool(torch.equal(y.view(torch.uint8), ref.view(torch.uint8))),
+                     head_descale=bool(torch.equal(d, am / 448)),
+                     token=bool(torch.equal(yt.view(torch.uint8), reft.view(torch.uint8))),
+                     static=bool(torch.equal(ys.view(torch.uint8), refs.view(torch.uint8))),
+                     round_fp32_same=bool(torch.equal(yr.view(torch.uint8), y.view(torch.uint8)))))
+    # bandwidth: 16k tokens x 32 heads x 128 bf16 = 128 MiB in, 64 MiB out
+    x = torch.randn(1, 16384, 32, 128, device="cuda", generator=gen, dtype=torch.bfloat16)
+    n = x.numel()
+    dst = torch.empty_like(x)
+    ms = bench.median_ms(lambda: dst.copy_(x))
+    copy_bw = bench.tbps(4 * n, ms)
+    rows.append(dict(kernel="copy bf16->bf16 (torch)", ms=ms, bytes=4 * n, tbps=copy_bw, frac_copy=1.0))
+    for name, fn, moved in [
+        ("static (vLLM Q)", lambda: quantize_fp8_static(x, 0.05), 3 * n),
+        ("per-token", lambda: quantize_fp8(x, "token"), 3 * n + 4 * n // 128),
+        ("per-head (2 passes)", lambda: quantize_fp8(x, "head"), 5 * n),
+        ("per-tensor (2 passes)", lambda: quantize_fp8(x, "tensor"), 5 * n),
+        ("torch cast_to_fp8 static", lambda: cast_to_fp8(x.float() * 20.0), 3 * n),
+    ]:
+        ms = bench.median_ms(fn)
+        useful = 3 * n  # read bf16 once, write e4m3 once
+        rows.append(dict(kernel=name, ms=ms, bytes=moved, tbps=bench.tbps(moved, ms),
+                         useful_tbps=bench.tbps(useful, ms), frac_copy=bench.tbps(useful, ms) / copy_bw))
+    run.save("quant", rows)
+
+
+# ----------------------------------------------------------------------------------------
+def time_ours(q, k, v, qd, kd, vd, causal, cfg):
+    return bench.median_ms(lambda: A.fp8_attention(q, k, v, qd, kd, vd, causal=causal, config=cfg))
+
+
+def sweep(run: Run, budget_frac: float) -> dict:
+    """Variants at s=8k (b=2), 32 heads; returns the best (config, layout) per (d, causal)."""
+    gen = torch.Generator(device="cuda").manual_seed(3)
+    rows, best = [], {}
+    C = A.AttentionConfig
+    plan = {
+        (128, False): [C(128, 128, 8, 3), C(128, 128, 8, 2), C(128, 64, 4, 3), C(128, 64, 8, 3)],
+        (64, False): [C(128, 128, 8, 3), C(128, 128, 4, 3), C(128, 64, 4, 3)],
+        (256, False): [C(128, 64, 8, 2), C(128, 64, 8, 3), C(128, 32, 8, 3), C(64, 64, 4, 3)],
+    }
+    stop = time.time() + run.left() * budget_frac
+    for d in (128, 64, 256):
+        case = bench.AttentionCase(2, 8192, 32, 32, d, False)
+        q, k, v, qd, kd, vd = make_inputs(2, 8192, 8192, 32, 32, d, gen)
+        vt = A.pretranspose_v(v)
+        layouts = ["natural", "transposed", "transposed-tma", "natural-tma"] if d == 128 else None
+        if layouts is None:
+            lay = best.get((128, False), (None, "transposed"))[1]
+            layouts = [lay]
+        results = []
+        for causal in (False, True):
+            cands = []
+            if not causal:
+                cands = [(c, lay) for c in plan[(d, False)] for lay in layouts]
+            else:
+                cands = [x for x, _ in sorted(results, key=lambda r: -r[1])[:2]]
+            for cfg0, lay in cands:
+                if time.time() > stop:
+                    break
+                cfg = C(cfg0.block_m, cfg0.block_n, cfg0.num_warps, cfg0.num_stages, lay.endswith("tma"))
+                vv = vt if lay.startswith("transposed") else v
+                t0 = time.time()
+                try:
+                    ms = time_ours(q, k, vv, qd, kd, vd, causal, cfg)
+                    tf = bench.tflops(bench.AttentionCase(2, 8192, 32, 32, d, causal).flops(), ms)
+                    rows.append(dict(head_dim=d, causal=causal, config=cfg.label(), layout=lay, ms=ms, tflops=tf,
+                                     compile_and_time_s=round(time.time() - t0, 1)))
+                    if not causal:
+                        results.append(((cfg0, lay), tf))
+                    if (d, causal) not in best or tf > best[(d, causal)][2]:
+                        best[(d, causal)] = (cfg, lay, tf)
+                except Exception as e:  # noqa: BLE001
+                    rows.append(dict(head_dim=d, causal=causal, config=cfg.label(), layout=lay, error=repr(e)[:300]))
+                print(rows[-1], flush=True)
+        # cost of the explicit pre-transpose of V, against the attention it feeds
+        ms_t = bench.median_ms(lambda: A.pretranspose_v(v))
+        rows.append(dict(head_dim=d, causal=None, config="pretranspose_v", layout="copy", ms=ms_t, case=case.label()))
+        run.save("sweep", rows, best={f"{k[0]}-{k[1]}": [v[0].label(), v[1], v[2]] for k, v in best.items()})
+        del q, k, v, vt
+    return best
+
+
+def grid(run: Run, best: dict, prov: dict) -> None:
+    gen = torch.Generator(device="cuda").manual_seed(4)
+    rows = []
+    for case in bench.bench_grid():
+        if run.left() < 15:
+            print("budget exhausted; grid stops at", case.label())
+            break
+        b, s, h, d, causal = case.batch, case.seqlen, case.heads_q, case.head_dim, case.causal
+        q, k, v, qd, kd, vd = make_inputs(b, s, s, h, h, d, gen)
+        flops = case.flops()
+
+        def add(provider, fn):
+            try:
+                ms = bench.median_ms(fn)
+                rows.append(dict(case=case.label(), head_dim=d, seqlen=s, batch=b, causal=causal,
+                                 provider=provider, ms=ms, tflops=bench.tflops(flops, ms)))
+            except Exception as e:  # noqa: BLE001
+                rows.append(dict(case=case.label(), provider=provider, error=repr(e)[:300]))
+
+        cfg, lay, _ = best.get((d, causal), (A.default_config(d, causal), "transposed", None))
+        vv = A.pretranspose_v(v) if lay.startswith("transposed") else v
+        add("fp8lab", lambda: A.fp8_attention(q, k, vv, qd, kd, vd, causal=causal, config=cfg))
+        rows[-1].update(config=cfg.label(), layout=lay)
+        if lay.startswith("transposed"):  # the same kernel, paying the transpose of V on every call
+            add("fp8lab+transpose", lambda: A.fp8_attention(q, k, A.pretranspose_v(v), qd, kd, vd, causal=causal, config=cfg))
+        if "fa3" in prov:
+            add("fa3-fwd FP8", lambda: fa3_call(prov["fa3"], q, k, v, qd, kd, vd, causal))
+            qb, kb, vb = (torch.randn(x.shape, device="cuda", dtype=torch.bfloat16, generator=gen) for x in (q, k, v))
+            add("fa3-fwd bf16", lambda: fa3_call(prov["fa3"], qb, kb, vb, None, None, None, causal))
+            del qb, kb, vb
+        if "vllm" in prov:
+            cu = torch.arange(0, b + 1, device="cuda", dtype=torch.int32) * s
+            qf, kf, vf = (x.reshape(b * s, h, d) for x in (q, k, v))
+            add("vLLM FA3 FP8 varlen", lambda: vllm_call(prov["vllm"], qf, kf, vf, qd, kd, vd, causal, cu, s))
+        run.save("grid", rows)
+        del q, k, v
+
+
+def summary(run: Run) -> None:
+    rows = run.sections.get("grid", [])
+    print("\ncase                         ours  fa3fp8  ratio  fa3bf16  vllmfp8")
+    for r in bench.ratio_table(rows, "fp8lab", "fa3-fwd FP8"):
+        other = {(x["case"], x["provider"]): x.get("tflops") for x in rows}
+        print(f"{r['case']:<28} {r['fp8lab']:5.0f}  {r['fa3-fwd FP8']:6.0f}  {r['ratio']:5.2f}  "
+              f"{other.get((r['case'], 'fa3-fwd bf16')) or 0:7.0f}  {other.get((r['case'], 'vLLM FA3 FP8 varlen')) or 0:7.0f}")
+    for r in run.sections.get("quant", []):
+        print(r)
+    bad = [r for r in run.sections.get("correctness", []) if "error" in r or not r.get("ratio", 1) < 0.5]
+    print(f"correctness rows: {len(run.sections.get('correctness', []))}, flagged: {len(bad)}")
+    for r in bad:
+        print("  ", r)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=os.environ.get("OUT", "/tmp/out"))
+    ap.add_argument("--budget", type=float, default=420.0, help="seconds for the whole run")
+    ap.add_argument("--skip", default="", help="comma list of sections to skip: correctness,quant,sweep,grid")
+    args = ap.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    run = Run(out, args.budget)
+    skip = set(filter(None, args.skip.split(",")))
+    prov = load_providers()
+    print("context:", json.dumps(run.ctx), flush=True)
+    for name, fn in (("correctness", lambda: correctness(run, prov)), ("quant", lambda: quant(run))):
+        if name in skip:
+            continue
+        t = time.time()
+        try:
+            fn()
+        except Exception:  # noqa: BLE001
+            traceback.print_exc()
+        print(f"{name}: {time.time() - t:.1f}s", flush=True)
+    best = {}
+    if "sweep" not in skip:
+        t = time.time()
+        try:
+            best = sweep(run, 0.55)
+        except Exception:  # noqa: BLE001
+            traceback.print_exc()
+        print(f"sweep: {time.time() - t:.1f}s", flush=True)
+    if "grid" not in skip:
+        t = time.time()
+        try:
+            grid(run, best, prov)
+        except Exception:  # noqa: BLE001
+            traceback.print_exc()
+        print(f"grid: {time.time() - t:.1f}s", flush=True)
+    summary(run)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,70 @@
+"""fp8lab.data: seeded distributions in FA3's layout."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from fp8lab.data import DISTRIBUTIONS, drift_series, make_qkv, sample
+
+
+@pytest.mark.parametrize("name", DISTRIBUTIONS)
+def test_shapes_dtypes_and_seeds(name):
+    kw = dict(batch=2, seqlen_q=113, seqlen_k=203, heads_q=8, heads_kv=2, head_dim=64)
+    q, k, v = make_qkv(name, seed=3, dtype=torch.bfloat16, **kw)
+    assert q.shape == (2, 113, 8, 64) and k.shape == v.shape == (2, 203, 2, 64)
+    assert q.dtype == k.dtype == v.dtype == torch.bfloat16
+    assert all(t.is_contiguous() and bool(torch.isfinite(t).all()) for t in (q, k, v))
+    again = make_qkv(name, seed=3, dtype=torch.bfloat16, **kw)
+    other = make_qkv(name, seed=4, dtype=torch.bfloat16, **kw)
+    assert all(torch.equal(a, b) for a, b in zip((q, k, v), again))
+    assert not torch.equal(q, other[0])
+    # float32 draws are the same numbers, before the bf16 rounding
+    q32, _, _ = make_qkv(name, seed=3, **kw)
+    assert torch.equal(q32.to(torch.bfloat16), q)
+
+
+def test_fa3_paper_outliers():
+    _, k, _ = make_qkv("outliers", batch=4, seqlen_q=1, seqlen_k=1024, heads_q=8, head_dim=128, seed=0)
+    n = k.numel()
+    big = (k.abs() > 6).double().mean().item()  # N(0,1) alone exceeds 6 with p ~ 2e-9
+    assert 0.0005 < big < 0.0012
+    assert k.abs().max() > 20  # std-10 outliers
+
+
+def test_outlier_channels_sinks_and_head_ranges():
+    q, k, _ = make_qkv("outlier_channels", seqlen_q=256, head_dim=64, n_channels=3, seed=1)
+    ch_amax = k.abs().amax(dim=(0, 1, 2))
+    assert int((ch_amax > 20).sum()) == 3
+    assert torch.equal((q.abs().amax(dim=(0, 1, 2)) > 20), (ch_amax > 20))
+    _, k, v = make_qkv("sinks", seqlen_q=128, n_sinks=2, sink_scale=50.0, seed=2)
+    norms = k.norm(dim=-1).mean(dim=(0, 2))
+    assert norms[:2].min() > 20 * norms[2:].max()
+    q, k, v = make_qkv("head_ranges", seqlen_q=256, heads_q=8, heads_kv=4, head_range_log2=5.0, seed=3)
+    stds = q.std(dim=(0, 1, 3))
+    assert 2**9 < (stds.max() / stds.min()).item() < 2**11
+    assert k.std(dim=(0, 1, 3)).max() / k.std(dim=(0, 1, 3)).min() > 2**9
+
+
+def test_sample_and_drift_series():
+    x = sample("normal", (2, 50, 3, 16), seed=5)
+    assert x.shape == (2, 50, 3, 16)
+    xs, stds = drift_series(10, (1, 64, 2, 32), growth=1.1, jumps={6: 8.0}, seed=6)
+    assert len(xs) == 10 and stds[6] == pytest.approx(stds[5] * 1.1 * 8)
+    measured = [x.std().item() for x in xs]
+    assert measured[6] / measured[5] > 5
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError, match="unknown distribution"):
+        make_qkv("uniform")
+    with pytest.raises(ValueError, match="multiple"):
+        make_qkv(heads_q=6, heads_kv=4)
+    with pytest.raises(ValueError, match="seqlen_q"):
+        make_qkv(seqlen_q=0)
+    with pytest.raises(TypeError, match="unexpected"):
+        make_qkv("normal", sink_scale=3.0)
+    with pytest.raises(TypeError):
+        make_qkv("sinks", outlier_level=3.0)
+    with pytest.raises(TypeError, match="floating"):
+        make_qkv(dtype=torch.int32)

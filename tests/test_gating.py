@@ -1,0 +1,199 @@
+"""The FA2/FA3 decision, driven with simulated devices and provider sets (no GPU needed)."""
+
+from __future__ import annotations
+
+import pytest
+
+from fp8lab.backends import gating
+from fp8lab.backends.gating import PROVIDERS, Device, Request, decide, flash_attn_supports_fp8, flash_attn_version
+
+AMPERE, ADA, HOPPER, BLACKWELL, CPU = Device((8, 0)), Device((8, 9)), Device((9, 0)), Device((10, 0)), Device(None)
+ALL = set(PROVIDERS)
+NO_ENV: dict[str, str] = {}
+
+
+@pytest.mark.parametrize(
+    "device, available, env, expected",
+    [
+        (HOPPER, ALL, NO_ENV, 3),
+        (HOPPER, ALL - {"vllm", "vllm-so", "fa3-fwd", "flash-attn-3"}, NO_ENV, 2),  # FA3 not importable
+        (HOPPER, {"fa3-fwd"}, NO_ENV, 3),
+        (Device((9, 0)), {"fa3-fwd"}, {"FP8LAB_FLASH_ATTN_VERSION": "2"}, None),  # forced FA2, none installed
+        (HOPPER, ALL, {"FP8LAB_FLASH_ATTN_VERSION": "2"}, 2),
+        (AMPERE, ALL, NO_ENV, 2),
+        (ADA, ALL, NO_ENV, 2),
+        (AMPERE, ALL, {"FP8LAB_FLASH_ATTN_VERSION": "3"}, None),  # forced FA3 where it cannot run
+        (BLACKWELL, ALL, NO_ENV, 2),
+        (BLACKWELL, ALL, {"FP8LAB_FLASH_ATTN_VERSION": "3"}, 2),  # Blackwell falls back from FA3
+        (Device((7, 5)), ALL, NO_ENV, None),  # Turing: FA2 needs 8.0
+        (CPU, ALL, NO_ENV, None),
+    ],
+)
+def test_flash_attn_version_follows_vllm(device, available, env, expected):
+    version, notes = flash_attn_version(device.capability, available, env)
+    assert version == expected, notes
+    assert notes
+
+
+def test_blackwell_and_override_notes_say_why():
+    _, notes = flash_attn_version((10, 0), ALL, {"FP8LAB_FLASH_ATTN_VERSION": "3"})
+    text = " ".join(notes)
+    assert "overrides" in text and "Blackwell" in text
+
+
+def test_bad_override_is_rejected():
+    with pytest.raises(ValueError, match="FP8LAB_FLASH_ATTN_VERSION: expected 2 or 3, got '4'"):
+        flash_attn_version((9, 0), ALL, {"FP8LAB_FLASH_ATTN_VERSION": "4"})
+
+
+@pytest.mark.parametrize("device, available, env, expected", [
+    (HOPPER, ALL, NO_ENV, True),
+    (HOPPER, {"fa3-fwd"}, NO_ENV, True),
+    (HOPPER, ALL, {"FP8LAB_FLASH_ATTN_VERSION": "2"}, False),
+    (HOPPER, ALL - {"vllm", "vllm-so", "fa3-fwd", "flash-attn-3"}, NO_ENV, False),
+    (AMPERE, ALL, NO_ENV, False),
+    (ADA, ALL, NO_ENV, False),
+    (BLACKWELL, ALL, NO_ENV, False),
+    (CPU, ALL, NO_ENV, False),
+])
+def test_flash_attn_supports_fp8(device, available, env, expected):
+    assert flash_attn_supports_fp8(device.capability, available, env) is expected
+
+
+GPU_SET = {"fa3-fwd", "vllm-so", "sdpa-flash", "sdpa", "sdpa-cudnn", "triton", "reference"}
+
+
+@pytest.mark.parametrize(
+    "device, available, dtype, head_dim, fallback, expected",
+    [
+        (HOPPER, ALL, "bf16", 128, "error", "fa3:vllm"),
+        (HOPPER, GPU_SET, "bf16", 128, "error", "fa3:vllm-so"),
+        (HOPPER, GPU_SET, "fp8", 128, "error", "fa3:vllm-so"),
+        (HOPPER, {"fa3-fwd", "sdpa"}, "fp8", 256, "error", "fa3:fa3-fwd"),
+        (HOPPER, {"fa3-fwd", "sdpa"}, "fp16", 128, "error", "sdpa:sdpa"),  # fa3-fwd is built without fp16
+        (HOPPER, {"sdpa-flash", "sdpa", "triton"}, "fp8", 128, "error", "triton:triton"),  # no FA3: our kernel
+        (HOPPER, {"fa3-fwd", "triton"}, "fp8", 72, "error", "error"),  # 72 % 16 != 0 for FP8 everywhere
+        (HOPPER, {"fa3-fwd"}, "bf16", 72, "error", "fa3:fa3-fwd"),  # bf16 only needs a multiple of 8
+        (HOPPER, {"fa3-fwd", "sdpa"}, "bf16", 320, "error", "sdpa:sdpa"),  # > 256: not FlashAttention
+        (AMPERE, ALL, "bf16", 128, "error", "fa2:vllm-fa2"),
+        (AMPERE, {"sdpa-flash", "sdpa"}, "bf16", 128, "error", "fa2:sdpa-flash"),
+        (AMPERE, ALL, "fp8", 128, "error", "error"),
+        (AMPERE, ALL, "fp8", 128, "dequantize", "fa2:vllm-fa2 (dequantized)"),
+        (AMPERE, {"sdpa", "triton"}, "fp8", 128, "dequantize", "sdpa:sdpa (dequantized)"),
+        (ADA, {"flash-attn-2", "triton", "sdpa"}, "fp8", 128, "error", "triton:triton"),
+        (ADA, {"flash-attn-2", "triton", "sdpa"}, "bf16", 96, "error", "fa2:flash-attn-2"),
+        (Device((8, 6)), {"flash-attn-2", "triton", "sdpa"}, "fp8", 128, "error", "error"),  # no FP8 MMA on 8.6
+        (BLACKWELL, ALL, "bf16", 128, "error", "fa2:vllm-fa2"),
+        (BLACKWELL, ALL, "fp8", 128, "error", "triton:triton"),
+        (CPU, ALL, "bf16", 128, "error", "sdpa:sdpa"),
+        (CPU, ALL, "fp8", 128, "error", "reference:reference"),
+        (CPU, ALL, "fp8", 128, "dequantize", "sdpa:sdpa (dequantized)"),
+        (CPU, {"triton"}, "fp8", 128, "error", "error"),  # auto never picks the interpreter
+    ],
+)
+def test_decision_table(device, available, dtype, head_dim, fallback, expected):
+    d = decide(device, available, Request(dtype, head_dim, fp8_fallback=fallback), env=NO_ENV)
+    assert d.label() == expected, d.explain()
+    # every provider passed over before the chosen one has at least one reason
+    assert all(reasons for reasons in d.rejected.values())
+    if d.ok:
+        assert d.provider not in d.rejected
+
+
+def test_fp8_on_fa2_says_why_and_what_to_do():
+    d = decide(AMPERE, ALL, Request("fp8", 128), env=NO_ENV)
+    assert not d.ok
+    why = " ".join(d.rejected["vllm-fa2"])
+    assert "FA2 cannot run FP8" in why and "9.x" in why and "fp8_fallback='dequantize'" in why
+    msg = d.error_message("auto")
+    assert "vllm-fa2" in msg and "compute capability 8.0" in msg
+    # asking for FA2 by name on Hopper gives the same reason
+    d2 = decide(HOPPER, ALL, Request("fp8", 128), backend="fa2", env=NO_ENV)
+    assert not d2.ok and "FA2 cannot run FP8" in " ".join(d2.rejected["flash-attn-2"])
+
+
+def test_explicit_fa3_off_hopper_is_rejected_with_the_capability():
+    for dev in (AMPERE, ADA, BLACKWELL):
+        d = decide(dev, ALL, Request("bf16", 128), backend="fa3", env=NO_ENV)
+        assert not d.ok
+        assert all("9.x" in r[0] for r in d.rejected.values())
+    d = decide(BLACKWELL, ALL, Request("bf16", 128), backend="fa3", env=NO_ENV)
+    assert "Blackwell falls back" in d.rejected["vllm"][0]
+
+
+def test_explicit_provider_and_missing_provider():
+    d = decide(HOPPER, {"fa3-fwd", "vllm-so"}, Request("fp8", 128), backend="fa3:fa3-fwd", env=NO_ENV)
+    assert d.label() == "fa3:fa3-fwd"
+    d = decide(HOPPER, {"vllm-so"}, Request("fp8", 128), backend="fa3:fa3-fwd", env=NO_ENV,
+               unavailable_reasons={"fa3-fwd": "fa3_fwd_interface is not installed"})
+    assert not d.ok and d.rejected == {"fa3-fwd": ("fa3_fwd_interface is not installed",)}
+
+
+def test_provider_order_override():
+    env = {"FP8LAB_FA3_PROVIDERS": "fa3-fwd, vllm-so"}
+    assert gating.provider_order("fa3", env) == ["fa3-fwd", "vllm-so"]
+    assert decide(HOPPER, ALL, Request("fp8", 128), env=env).provider == "fa3-fwd"
+    with pytest.raises(ValueError, match="unknown fa3 providers"):
+        gating.provider_order("fa3", {"FP8LAB_FA3_PROVIDERS": "fa3-fwd,fa4"})
+
+
+def test_version_override_changes_auto():
+    env = {"FP8LAB_FLASH_ATTN_VERSION": "2"}
+    assert decide(HOPPER, ALL, Request("bf16", 128), env=env).label() == "fa2:vllm-fa2"
+    d = decide(HOPPER, ALL - {"triton"}, Request("fp8", 128), env=env)
+    assert not d.ok and "FA2 cannot run FP8" in d.rejected["vllm-fa2"][0]
+    assert "the FlashAttention version rule chose FA2" in d.rejected["vllm-so"][0]
+
+
+@pytest.mark.parametrize(
+    "provider, dtype, d, dv, fragment",
+    [
+        ("fa3-fwd", "fp8", 72, 72, "multiple of 16"),
+        ("fa3-fwd", "bf16", 68, 68, "multiple of 8"),
+        ("fa3-fwd", "bf16", 320, 320, "> 256"),
+        ("fa3-fwd", "bf16", 128, 64, "FA3 allows different V dims only"),
+        ("flash-attn-2", "bf16", 192, 128, "FA2 needs equal head dims"),
+        ("triton", "fp8", 128, 64, "Triton kernel needs head_dim == head_dim_v"),
+        ("sdpa-flash", "bf16", 128, 128, "does not return the logsumexp"),
+    ],
+)
+def test_head_dim_and_lse_reasons(provider, dtype, d, dv, fragment):
+    reasons, _ = gating.provider_reasons(PROVIDERS[provider], HOPPER, Request(dtype, d, dv, return_lse=True), NO_ENV)
+    assert any(fragment in r for r in reasons), reasons
+
+
+@pytest.mark.parametrize("d, dv", [(64, 64), (96, 96), (128, 128), (192, 192), (256, 256), (192, 128), (64, 256)])
+def test_fa3_accepts_its_head_dims(d, dv):
+    dtype = "fp8" if dv <= 256 and d == dv else "bf16"
+    reasons, _ = gating.provider_reasons(PROVIDERS["fa3-fwd"], HOPPER, Request(dtype, d, dv), NO_ENV)
+    assert reasons == []
+
+
+def test_triton_on_cpu_needs_the_interpreter():
+    r_off, _ = gating.provider_reasons(PROVIDERS["triton"], CPU, Request("fp8", 64), {"TRITON_INTERPRET": "0"})
+    r_on, _ = gating.provider_reasons(PROVIDERS["triton"], CPU, Request("fp8", 64), {"TRITON_INTERPRET": "1"})
+    assert any("TRITON_INTERPRET=1" in r for r in r_off) and r_on == []
+    assert decide(CPU, {"triton"}, Request("fp8", 64), backend="triton", env={"TRITON_INTERPRET": "1"}).ok
+
+
+@pytest.mark.parametrize("bad, error", [
+    (dict(backend="fa4"), "backend: expected 'auto'"),
+    (dict(backend="fa3:sdpa"), "fa3 has providers"),
+])
+def test_bad_backend_strings(bad, error):
+    with pytest.raises(ValueError, match=error):
+        decide(HOPPER, ALL, Request("bf16", 128), env=NO_ENV, **bad)
+
+
+def test_bad_requests():
+    with pytest.raises(ValueError, match="dtype"):
+        Request("int8", 128)
+    with pytest.raises(ValueError, match="fp8_fallback"):
+        Request("fp8", 128, fp8_fallback="maybe")
+    with pytest.raises(ValueError, match="unknown providers"):
+        decide(HOPPER, {"fa4"}, Request("bf16", 128), env=NO_ENV)
+
+
+def test_architecture_names():
+    assert [gating.architecture(c) for c in ((8, 0), (8, 6), (8, 9), (9, 0), (10, 0), None)] == [
+        "Ampere", "Ampere", "Ada", "Hopper", "Blackwell", "CPU"]

@@ -1,0 +1,158 @@
+"""fp8lab.kvcache: vLLM's paged FP8 KV cache, written and read back."""
+
+import pytest
+import torch
+
+from fp8lab.formats import quantize
+from fp8lab.kvcache import (
+    PagedKVCache,
+    cache_torch_dtype,
+    kv_bytes_per_token,
+    paged_decode,
+    scaled_fp8_quant,
+    vllm_dynamic_scales,
+)
+
+
+def _random_pages(g, num_blocks, lens, block_size):
+    """A block table giving each sequence distinct random pages, and its slot mapping."""
+    perm = torch.randperm(num_blocks, generator=g)
+    table, slots, used = [], [], 0
+    width = max(-(-n // block_size) for n in lens)
+    for n in lens:
+        need = -(-n // block_size)
+        pages = perm[used:used + need]
+        used += need
+        table.append(torch.cat([pages, torch.full((width - need,), -1)]))
+        slots.append((pages[:, None] * block_size + torch.arange(block_size)).flatten()[:n])
+    return torch.stack(table), torch.cat(slots)
+
+
+@pytest.mark.parametrize("kv_cache_dtype", ["fp8", "fp8_e4m3", "auto"])
+def test_write_then_gather_round_trips(kv_cache_dtype):
+    g = torch.Generator().manual_seed(11)
+    lens, block_size, heads_kv, d = [5, 17, 1], 4, 3, 16
+    fp8 = kv_cache_dtype != "auto"
+    k = torch.randn(sum(lens), heads_kv, d, generator=g, dtype=torch.float64) * 3
+    v = torch.randn(sum(lens), heads_kv, d, generator=g, dtype=torch.float64)
+    k_scale, v_scale = (k.abs().max().item() / 448, v.abs().max().item() / 448) if fp8 else (1.0, 1.0)
+    cache = PagedKVCache.allocate(16, block_size, heads_kv, d, kv_cache_dtype=kv_cache_dtype, k_scale=k_scale, v_scale=v_scale)
+    table, slots = _random_pages(g, 16, lens, block_size)
+    cache.write(k, v, slots)
+    k_out, v_out, cu = cache.gather(table, lens)
+    assert cu.tolist() == [0, 5, 22, 23]
+    if fp8:
+        # Stored values are exactly e4m3(x * (1 / scale)) with saturation, computed in float32 like vLLM.
+        inv = 1.0 / torch.tensor(k_scale, dtype=torch.float32)
+        assert torch.equal(k_out.double(), quantize((k.float() * inv).double(), "e4m3fn"))
+        rel = (k_out.double() * k_scale - k).norm() / k.norm()
+        assert 0 < rel < 2.0 ** -4  # e4m3 keeps 3 mantissa bits
+        dk, dv = cache.descales(len(lens))
+        assert dk.shape == (3, heads_kv) and dk.stride() == (0, 0) and dv[1, 2].item() == pytest.approx(v_scale)
+    else:
+        assert torch.equal(k_out, k.to(torch.bfloat16)) and torch.equal(v_out, v.to(torch.bfloat16))
+
+
+def test_scaled_fp8_quant_saturates_and_matches_the_grid():
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(1000, generator=g) * 50
+    scale = 0.0731
+    q = scaled_fp8_quant(x, scale)
+    assert q.dtype == torch.float8_e4m3fn
+    assert q.float().abs().max() == 448  # saturated, not NaN
+    expected = quantize((x.float() * (1.0 / torch.tensor(scale))).double(), "e4m3fn", overflow="saturate")
+    assert torch.equal(q.double(), expected)
+
+
+def test_padding_slots_are_skipped():
+    cache = PagedKVCache.allocate(2, 4, 1, 8, k_scale=0.5, v_scale=0.25)
+    x = torch.randn(3, 1, 8)
+    cache.write(x, x, torch.tensor([1, -1, 6]))
+    written = cache.key_cache.view(-1, 1, 8).float().abs().sum((1, 2)) > 0
+    assert written.nonzero().flatten().tolist() == [1, 6]
+
+
+def test_dynamic_scales_follow_vllm():
+    q, k, v = torch.full((2, 2), 400.0), torch.full((2, 2), -20.0), torch.full((2, 2), 5.0)
+    assert vllm_dynamic_scales(q, k, v) == pytest.approx((2.0, 0.1, 0.05))
+    with pytest.raises(ValueError, match="k holds NaN"):
+        vllm_dynamic_scales(q, k * float("nan"), v)
+
+
+def test_bytes_per_token():
+    assert kv_bytes_per_token(32, 8, 128, torch.bfloat16) == 2 * 32 * 8 * 128 * 2
+    assert kv_bytes_per_token(32, 8, 128, cache_torch_dtype("fp8")) == 2 * 32 * 8 * 128
+
+
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda: cache_torch_dtype("fp8_e5m2"), "e4m3 only"),
+        (lambda: cache_torch_dtype("int8"), "expected one of"),
+        (lambda: PagedKVCache.allocate(2, 4, 1, 8, kv_cache_dtype="auto", k_scale=0.5), "FP8 cache only"),
+        (lambda: PagedKVCache.allocate(2, 4, 1, 8, k_scale=0.0), "finite scale > 0"),
+        (lambda: PagedKVCache.allocate(2, 4, 1, 8, v_scale=float("nan")), "finite scale > 0"),
+        (lambda: PagedKVCache.allocate(0, 4, 1, 8), "positive"),
+        (lambda: scaled_fp8_quant(torch.ones(2, dtype=torch.int32), 1.0), "floating"),
+    ],
+)
+def test_bad_input(call, message):
+    with pytest.raises((ValueError, TypeError), match=message):
+        call()
+
+
+def test_bad_writes_and_reads():
+    cache = PagedKVCache.allocate(2, 4, 2, 8, k_scale=0.5, v_scale=0.5)
+    x = torch.randn(3, 2, 8)
+    with pytest.raises(ValueError, match="past the cache"):
+        cache.write(x, x, torch.tensor([0, 1, 8]))
+    with pytest.raises(ValueError, match="same slot"):
+        cache.write(x, x, torch.tensor([0, 1, 1]))
+    with pytest.raises(ValueError, match="int64"):
+        cache.write(x, x, torch.tensor([0, 1, 2], dtype=torch.int32))
+    with pytest.raises(ValueError, match=r"expected \(num_tokens, 2, 8\)"):
+        cache.write(x[:, :1], x[:, :1], torch.tensor([0, 1, 2]))
+    with pytest.raises(ValueError, match="needs 2 blocks"):
+        cache.gather(torch.tensor([[0]]), [5])
+
+
+def test_paged_decode_matches_the_references_on_contiguous_data():
+    from fp8lab.reference import attention_exact, attention_fa3_fp8
+
+    g = torch.Generator().manual_seed(5)
+    lens, block_size, heads_q, heads_kv, d = [7, 19], 4, 4, 2, 64
+    k = torch.randn(sum(lens), heads_kv, d, generator=g, dtype=torch.float64) * 2
+    v = torch.randn(sum(lens), heads_kv, d, generator=g, dtype=torch.float64)
+    q = torch.randn(len(lens), heads_q, d, generator=g, dtype=torch.float64)
+    ks, vs, qs = k.abs().max().item() / 448, v.abs().max().item() / 400, q.abs().max().item() / 300
+    cache = PagedKVCache.allocate(12, block_size, heads_kv, d, k_scale=ks, v_scale=vs)
+    table, slots = _random_pages(g, 12, lens, block_size)
+    cache.write(k, v, slots)
+    cu_q = torch.tensor([0, 1, 2], dtype=torch.int32)
+    cu_k = torch.tensor([0, 7, 26], dtype=torch.int32)
+    k8, v8 = scaled_fp8_quant(k, ks), scaled_fp8_quant(v, vs)
+    args = dict(causal=True, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, max_seqlen_q=1, max_seqlen_k=19)
+
+    got = paged_decode(q, cache, table, lens, math="dequantized")
+    f32 = torch.float32
+    want = attention_exact(q, k8.double() * torch.tensor(ks, dtype=f32).double(), v8.double() * torch.tensor(vs, dtype=f32).double(), **args)
+    assert torch.equal(got, want)
+
+    got = paged_decode(q, cache, table, lens, math="fa3_fp8", q_scale=qs)
+    desc = lambda s: torch.full((2, heads_kv), s, dtype=f32)  # materialized, unlike vLLM's expand()
+    want = attention_fa3_fp8(scaled_fp8_quant(q, qs), k8, v8, desc(qs), desc(ks), desc(vs), **args)
+    assert got.dtype == torch.bfloat16 and torch.equal(got, want)
+
+
+def test_paged_decode_bad_input():
+    cache = PagedKVCache.allocate(2, 4, 1, 8, k_scale=0.5, v_scale=0.5)
+    table, q = torch.tensor([[0]]), torch.randn(1, 2, 8)
+    with pytest.raises(ValueError, match="needs the static q_scale"):
+        paged_decode(q, cache, table, [3])
+    with pytest.raises(ValueError, match="expected one of"):
+        paged_decode(q, cache, table, [3], math="int8")
+    with pytest.raises(ValueError, match="num_seqs=2"):
+        paged_decode(q, cache, torch.tensor([[0], [1]]), [3, 2], q_scale=1.0)
+    bf16 = PagedKVCache.allocate(2, 4, 1, 8, kv_cache_dtype="auto")
+    with pytest.raises(ValueError, match="needs an FP8 cache"):
+        paged_decode(q, bf16, table, [3], q_scale=1.0)
