@@ -99,8 +99,8 @@ def report(simulate: str | None = None, provider_names: list[str] | None = None)
     }
 
 
-def _print_text(rep: dict, verbose: bool, out=sys.stdout) -> None:
-    p = lambda *a: print(*a, file=out)  # noqa: E731
+def _print_text(rep: dict, verbose: bool, out=None) -> None:
+    p = lambda *a: print(*a, file=out or sys.stdout)  # noqa: E731
     p("== environment")
     for k, v in rep["environment"].items():
         p(f"  {k:20s} {v if v is not None else '-'}")

@@ -37,6 +37,7 @@ import importlib
 import importlib.metadata
 import importlib.util
 import inspect
+import warnings
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Callable
@@ -381,7 +382,10 @@ def _sdpa_batched(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: boo
     if causal and sq != sk:
         from torch.nn.attention.bias import causal_lower_right
 
-        out = F.scaled_dot_product_attention(qt, kt, vt, attn_mask=causal_lower_right(sq, sk), scale=scale)
+        with warnings.catch_warnings():  # "NaNs when seq_len_q > seq_len_kv": those rows are zeroed below
+            warnings.simplefilter("ignore", UserWarning)
+            mask = causal_lower_right(sq, sk)
+        out = F.scaled_dot_product_attention(qt, kt, vt, attn_mask=mask, scale=scale)
         if sq > sk:  # the first sq - sk queries see no key: FA gives 0 there
             out[:, :, : sq - sk] = 0
     else:

@@ -1,0 +1,153 @@
+# %% [markdown]
+# # 00 · A ten-minute tour of fp8lab
+#
+# FlashAttention-3 can run attention with Q, K and V in 8-bit floats
+# (`float8_e4m3fn`), each scaled by a *descale* per (sequence, KV head). This
+# notebook takes you once around the kit.
+#
+# **You will learn**
+# 1. what this machine offers: device, versions, and the attention kernels fp8lab finds;
+# 2. how a tensor becomes FP8 (a scale, a cast) and what it loses;
+# 3. how FP8 attention compares with exact attention, and with bf16 attention;
+# 4. where to go next.
+
+# %% tags=["parameters"]
+smoke: bool = False  # small sizes for CI
+seqlen: int = 1024  # tokens per sequence
+heads_q: int = 8  # query heads
+heads_kv: int = 2  # KV heads (GQA group of 4)
+head_dim: int = 128
+distribution: str = "normal"  # see fp8lab.data: normal, fa3_outliers, outlier_channels, sinks, head_ranges
+seed: int = 0
+
+# %% [markdown]
+# Set-up (safe to skip).
+
+# %%
+import pandas as pd
+import seaborn as sns
+import torch
+
+import fp8lab
+from fp8lab import data, env, formats, metrics, scaling
+from fp8lab.backends import doctor
+from fp8lab.notebooks import record
+from fp8lab.reference import attention_exact
+
+if smoke:
+    seqlen, head_dim = 64, 64
+device = env.device()
+sns.set_theme(style="whitegrid")
+
+# %% [markdown]
+# ## 1. This machine
+#
+# `fp8lab info` and `fp8lab doctor` print the same from a shell.
+
+# %%
+pd.Series(env.context(), name="value").to_frame()
+
+# %% [markdown]
+# The attention providers fp8lab looks for, and whether each was found. The
+# production FA3 FP8 kernels need a Hopper GPU (compute capability 9.x) and
+# one of vLLM, the `fa3-fwd` wheel or an upstream FA3 build.
+
+# %%
+report = doctor.report()
+providers = pd.DataFrame(report["providers"])[["backend", "name", "found", "detail"]]
+record("providers_found", providers[providers.found].name.tolist())
+providers
+
+# %% [markdown]
+# Which backend `fp8lab.attention(..., backend="auto")` would pick here, for
+# bf16 and for FP8 inputs at each head dim:
+
+# %%
+decisions = pd.DataFrame(report["decisions"]).pivot(index="head_dim", columns="dtype", values="choice")
+decisions
+
+# %% [markdown]
+# ## 2. A tensor in FP8
+#
+# e4m3 keeps 3 mantissa bits and reaches ±448. To use that range, a tensor is
+# divided by a scale first: `descale = amax / 448`, `x_fp8 = cast(x / descale)`,
+# and `x ≈ x_fp8 · descale`.
+
+# %%
+e4m3 = formats.get_format("e4m3fn")
+print(f"e4m3fn: max {e4m3.max}, smallest normal {e4m3.min_normal}, smallest subnormal {e4m3.min_subnormal}, "
+      f"{formats.representable_values(e4m3).numel()} finite values")
+
+q, k, v = data.make_qkv(distribution, seqlen_q=seqlen, heads_q=heads_q, heads_kv=heads_kv, head_dim=head_dim,
+                        seed=seed, device=device)
+strategy = scaling.ScaleStrategy(scaling.PerTensor())
+k8, k_descale = scaling.quantize(k, strategy)
+k_back = scaling.dequantize(k8, k_descale, strategy.granularity)
+print("K in FP8:", k8.dtype, tuple(k8.shape), " descale:", float(k_descale.flatten()[0]))
+table = metrics.error_table(k_back, k)
+record("k_per_tensor_rel_l2", table["rel_l2"])
+pd.Series(table, name="K after FP8 round trip").to_frame()
+
+# %% [markdown]
+# Every value lands on the e4m3 grid, so the relative error of one value is
+# at most half a step: 2⁻⁴ = 6.25 % for normal numbers. Most errors are far
+# smaller:
+
+# %%
+normal = (k / k_descale).abs() >= e4m3.min_normal  # elements that land in e4m3's normal range
+rel = ((k_back - k)[normal] / k[normal]).double().cpu()
+max_rel = record("k_max_rel_error_normals", rel.abs().max().item())
+ax = sns.histplot(rel.numpy(), bins=80, stat="percent")
+ax.set(xlabel="relative rounding error of one element (k_back - k) / k", ylabel="% of elements",
+       title="FP8 e4m3 rounding error of K (per-tensor scale, normal range)")
+
+# %% [markdown]
+# ## 3. FP8 attention
+#
+# FA3 takes FP8 Q, K, V and float32 descales of shape `(batch, heads_kv)`.
+# We quantize per KV head (a GQA group of query heads shares Q's scale) and
+# call `fp8lab.attention`. On a Hopper GPU with FA3 installed this runs the
+# production kernel; elsewhere it runs the FA3 emulation, which follows the
+# kernel's FP8 numerics step by step.
+
+# %%
+per_head = scaling.ScaleStrategy(scaling.PerHead(heads_kv=heads_kv))
+q8, q_descale = scaling.quantize_for_fa3(q, per_head, heads_kv)
+k8, k_descale = scaling.quantize_for_fa3(k, per_head, heads_kv)
+v8, v_descale = scaling.quantize_for_fa3(v, per_head, heads_kv)
+print("descale shape:", tuple(q_descale.shape), "dtype:", q_descale.dtype)
+
+exact = attention_exact(q, k, v, causal=True)
+out_fp8 = fp8lab.attention(q8, k8, v8, q_descale=q_descale, k_descale=k_descale, v_descale=v_descale,
+                           causal=True)
+out_bf16 = fp8lab.attention(q.bfloat16(), k.bfloat16(), v.bfloat16(), causal=True)
+errors = pd.DataFrame({
+    "bf16 attention": metrics.error_table(out_bf16, exact),
+    "FP8 attention": metrics.error_table(out_fp8, exact),
+}).T
+record("attention_rel_l2", {"bf16": errors.loc["bf16 attention", "rel_l2"], "fp8": errors.loc["FP8 attention", "rel_l2"]})
+errors
+
+# %%
+ax = sns.barplot(x=errors.index, y=errors["rel_l2"])
+ax.set(yscale="log", ylabel="relative L2 error vs float64 (log scale)", xlabel="",
+       title=f"Attention error, {distribution} inputs, head_dim {head_dim}")
+
+# %% [markdown]
+# ## Summary
+# * One FP8 value keeps 3 mantissa bits: rounding costs up to 6 % per element, about 2–3 % RMS.
+# * Attention in FP8 is roughly an order of magnitude less accurate than in bf16, and the error
+#   depends on the scales and on the inputs' outliers.
+# * Next: `01_fp8_numerics` (the formats), `02_scale_strategies` and `03_per_head_scales_and_strides`
+#   (scales), `04_fa2_fa3_version_gating` (which kernel runs where), `05_fp8_attention_accuracy`
+#   (where the error comes from), `06_fp8_kv_cache`, `07_performance`, `08_triton_fp8_attention`.
+#
+# ## Exercises
+# 1. Set `distribution = "fa3_outliers"` in the parameters cell and rerun. Which error grows more, bf16's or FP8's?
+# 2. Replace `PerHead` by `PerTensor` in section 3. Does the FP8 error change on `normal` inputs? On `head_ranges`?
+# 3. What is the largest relative error rounding can cause for a value in e4m3's normal range?
+#    (Answer: half a step, 2⁻⁴, since a step is 2⁻³ of the value's power of two. Checked below.)
+
+# %%
+assert max_rel <= 2.0**-4, max_rel
+print(f"largest relative error seen: {max_rel:.4f} <= 2^-4 = {2.0**-4}")
