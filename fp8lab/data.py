@@ -3,11 +3,13 @@
 `make_qkv(name, ...)` returns `(q, k, v)` shaped (batch, seqlen, heads, head_dim).
 Every draw comes from a CPU `torch.Generator` seeded with `seed` and is then
 moved to `device`/`dtype`, so a seed gives the same numbers on every machine.
+Outlier channels and per-head ranges are fixed properties of the "model" (the
+same for every seed), as they are in a real layer; only the values are redrawn.
 
 | name               | what it models                                                                 |
 |--------------------|--------------------------------------------------------------------------------|
 | `normal`           | q, k, v ~ N(0, 1)                                                              |
-| `outliers`         | the FA3 paper's N(0,1) + N(0,100)·Bernoulli(0.001): 0.1 % of entries get std 10 |
+| `fa3_outliers`     | the FA3 paper's N(0,1) + N(0,100)·Bernoulli(0.001): 0.1 % of entries get std 10 |
 | `outlier_channels` | a few head-dim channels of q and k scaled up (and k shifted), as in LLM keys   |
 | `sinks`            | the first tokens of k and v much larger than the rest (attention sinks)        |
 | `head_ranges`      | each head scaled by its own factor, log-spaced over `2^±head_range_log2`       |
@@ -33,9 +35,19 @@ def _outliers(shape, gen, *, outlier_prob: float = 0.001, outlier_std: float = 1
     return base + big * mask
 
 
+# Which channels are outliers and which head gets which range are properties of a model's layer,
+# not of one batch: they come from this fixed generator, the same for every `seed`, so a scale
+# calibrated on one draw meets the same structure in the next.
+_MODEL_SEED = 20240711
+
+
+def _model_generator() -> torch.Generator:
+    return torch.Generator().manual_seed(_MODEL_SEED)
+
+
 def _outlier_channels(q, k, v, gen, *, n_channels: int = 4, channel_scale: float = 20.0, channel_shift: float = 10.0):
     d = q.shape[-1]
-    chans = torch.randperm(d, generator=gen)[: min(n_channels, d)]
+    chans = torch.randperm(d, generator=_model_generator())[: min(n_channels, d)]
     q[..., chans] *= channel_scale
     k[..., chans] = k[..., chans] * channel_scale + channel_shift
     return q, k, v
@@ -48,16 +60,18 @@ def _sinks(q, k, v, gen, *, n_sinks: int = 1, sink_scale: float = 30.0):
 
 
 def _head_ranges(q, k, v, gen, *, head_range_log2: float = 6.0):
+    model = _model_generator()
+
     def factors(h: int) -> torch.Tensor:
         f = 2.0 ** torch.linspace(-head_range_log2, head_range_log2, h)
-        return f[torch.randperm(h, generator=gen)][None, None, :, None]
+        return f[torch.randperm(h, generator=model)][None, None, :, None]
 
     return q * factors(q.shape[2]), k * factors(k.shape[2]), v * factors(v.shape[2])
 
 
-_BASE: dict[str, Callable] = {"outliers": _outliers}
+_BASE: dict[str, Callable] = {"fa3_outliers": _outliers}
 _POST: dict[str, Callable] = {"outlier_channels": _outlier_channels, "sinks": _sinks, "head_ranges": _head_ranges}
-DISTRIBUTIONS: tuple[str, ...] = ("normal", "outliers", "outlier_channels", "sinks", "head_ranges")
+DISTRIBUTIONS: tuple[str, ...] = ("normal", "fa3_outliers", "outlier_channels", "sinks", "head_ranges")
 
 
 def make_qkv(

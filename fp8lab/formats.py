@@ -41,6 +41,13 @@ e8m0fnu: 0 or below 2^-127          2^-127       2^-127 (no zero: underflow goes
 e8m0fnu: negative (incl. -inf)      2^-127       NaN (the format has no sign)
 ==================================  ===========  =====================================
 
+torch's own float8_e8m0fnu cast (c10's ``fp8e8m0fnu_from_fp32_value``, probed
+by `probe_torch_casts`) rounds the float32 mantissa to nearest with ties up,
+like `quantize`, but drops the sign (-3 -> 4), maps inf and overflow to NaN,
+and rounds float32 subnormals on their own bits: (0.5, 0.75] * 2^-126 goes up
+to 2^-126 where the nearest value is 2^-127. `cast_to_fp8` therefore sends
+e8m0fnu through `quantize`.
+
 "Rounds beyond max" is decided after rounding with an unbounded exponent:
 e4m3fn's 464 (halfway between 448 and the NaN code's 480) rounds to even 448,
 while e5m2's 61440 (halfway between 57344 and 2^16) rounds to 2^16 and

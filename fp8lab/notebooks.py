@@ -164,14 +164,17 @@ def _cells_signature(nb) -> list[tuple[str, str, tuple[str, ...]]]:
     return [(c.cell_type, c.source.strip(), tuple(c.metadata.get("tags", ()))) for c in nb.cells]
 
 
-def sync(check: bool = False, directory: Path | None = None) -> list[str]:
-    """Write each `NN_name.py`'s paired `.ipynb` (no outputs); with `check`, only
-    return the names whose pair is missing or out of date."""
+def sync(check: bool = False, directory: Path | None = None, names: list[str] | None = None) -> list[str]:
+    """Write each `NN_name.py`'s paired `.ipynb` (no outputs), or only those of `names`;
+    with `check`, only return the names whose pair is missing or out of date."""
     import nbformat
 
     directory = directory or notebooks_dir()
     stale = []
+    wanted = {_spec(n).name for n in names} if names else None
     for py in sorted(directory.glob("[0-9][0-9]_*.py")):
+        if wanted is not None and py.stem not in wanted:
+            continue
         target = py.with_suffix(".ipynb")
         nb = _paired_notebook(py)
         if target.exists() and _cells_signature(nbformat.read(target, as_version=4)) == _cells_signature(nb):
@@ -346,6 +349,7 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--no-html", action="store_true", help="skip the HTML report")
     run.add_argument("--kernel", default=None, help="Jupyter kernel (default: fp8lab if installed, else python3)")
     s = sub.add_parser("sync", help="regenerate each .ipynb from its jupytext .py pair")
+    s.add_argument("names", nargs="*", help="notebook names or numbers (default: all)")
     s.add_argument("--check", action="store_true", help="only report stale pairs; exit 1 if any")
     sub.add_parser("list", help="the manifest")
     args = parser.parse_args(argv)
@@ -355,7 +359,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{spec.name:36s} {spec.title}")
         return 0
     if args.command == "sync":
-        stale = sync(check=args.check)
+        stale = sync(check=args.check, names=args.names or None)
         verb = "out of date" if args.check else "written"
         print(f"{len(stale)} notebook(s) {verb}" + (": " + ", ".join(stale) if stale else ""))
         return 1 if (args.check and stale) else 0

@@ -111,28 +111,35 @@ def correctness(run: Run, prov: dict) -> None:
         q, k, v, qd, kd, vd = make_inputs(b, sq, sk, hq, hk, d, gen)
         kw = dict(q_descale=qd, k_descale=kd, v_descale=vd, causal=causal)
         exact = attention_exact(q, k, v, **kw)
-        for variant in ("natural", "transposed", "transposed-tma", "natural-tma"):
+        base = A.default_config(d, causal)
+        emu, else_ = attention_fa3_fp8(q, k, v, qd, kd, vd, causal=causal, block_n=base.block_n, return_lse=True)
+        fin = torch.isfinite(else_)
+        variants = ["transposed", "transposed-tma", "transposed-ws"] + (["natural", "natural-tma"] if d == 128 else [])
+        for variant in variants:
             vv = A.pretranspose_v(v) if variant.startswith("transposed") else v
-            cfg = A.default_config(d, causal)
-            cfg = A.AttentionConfig(cfg.block_m, cfg.block_n, cfg.num_warps, cfg.num_stages, "tma" in variant)
+            cfg = A.AttentionConfig(base.block_m, base.block_n, base.num_warps, base.num_stages,
+                                    "tma" in variant, "ws" in variant)
+            name = f"{b}x{sq}/{sk}x{hq}/{hk}x{d}{' causal' if causal else ''}"
             try:
                 out, lse = A.fp8_attention(q, k, vv, qd, kd, vd, causal=causal, config=cfg, return_lse=True)
-                emu, else_ = attention_fa3_fp8(q, k, v, qd, kd, vd, causal=causal, block_n=cfg.block_n, return_lse=True)
-                out_r = A.fp8_attention(q, k, vv, qd, kd, vd, causal=causal, config=cfg, round_p_in_fp32=True)
-                qd0 = qd[:1, :1].expand_as(qd)
-                o1 = A.fp8_attention(q, k, vv, qd0, kd, vd, causal=causal, config=cfg)
-                o2 = A.fp8_attention(q, k, vv, qd0.contiguous(), kd, vd, causal=causal, config=cfg)
-                fin = torch.isfinite(else_)
-                row = dict(case=f"{b}x{sq}/{sk}x{hq}/{hk}x{d}{' causal' if causal else ''}", variant=variant,
-                           block_n=cfg.block_n, ours_vs_emu=rel_l2(out, emu), emu_vs_exact=rel_l2(emu, exact),
-                           ours_vs_exact=rel_l2(out, exact), lse_max_abs=float((lse - else_)[fin].abs().max()),
-                           p_round_fp32_bitwise=bool(torch.equal(out, out_r)),
-                           stride0_bitwise=bool(torch.equal(o1, o2)), finite=bool(torch.isfinite(out).all()))
-                if "fa3" in prov and d in (64, 128, 256) and variant == "natural":
-                    f = fa3_call(prov["fa3"], q, k, v, qd, kd, vd, causal)
-                    row.update(fa3_vs_emu=rel_l2(f, emu), fa3_vs_exact=rel_l2(f, exact))
+                row = dict(case=name, variant=variant, block_n=cfg.block_n, ours_vs_emu=rel_l2(out, emu),
+                           emu_vs_exact=rel_l2(emu, exact), ours_vs_exact=rel_l2(out, exact),
+                           lse_max_abs=float((lse - else_)[fin].abs().max()),
+                           lse_inf_match=bool(torch.equal(torch.isinf(lse), torch.isinf(else_))),
+                           finite=bool(torch.isfinite(out).all()))
+                if variant == "transposed":
+                    out_r = A.fp8_attention(q, k, vv, qd, kd, vd, causal=causal, config=cfg, round_p_in_fp32=True)
+                    qd0 = qd[:1, :1].expand_as(qd)
+                    o1 = A.fp8_attention(q, k, vv, qd0, kd, vd, causal=causal, config=cfg)
+                    o2 = A.fp8_attention(q, k, vv, qd0.contiguous(), kd, vd, causal=causal, config=cfg)
+                    o3 = A.fp8_attention(q, k, vv, qd0.t().contiguous().t(), kd, vd, causal=causal, config=cfg)
+                    row.update(p_round_fp32_bitwise=bool(torch.equal(out, out_r)),
+                               stride0_bitwise=bool(torch.equal(o1, o2) and torch.equal(o1, o3)))
+                    if "fa3" in prov and d in (64, 128, 256):
+                        f = fa3_call(prov["fa3"], q, k, v, qd, kd, vd, causal)
+                        row.update(fa3_vs_emu=rel_l2(f, emu), fa3_vs_exact=rel_l2(f, exact))
             except Exception as e:  # noqa: BLE001
-                row = dict(case=f"{b}x{sq}/{sk}x{hq}/{hk}x{d}", variant=variant, error=repr(e)[:300])
+                row = dict(case=name, variant=variant, error=repr(e)[:300])
             row["ratio"] = row.get("ours_vs_emu", math.nan) / max(row.get("emu_vs_exact", math.nan), 1e-30)
             rows.append(row)
     # varlen with GQA and awkward lengths
@@ -143,14 +150,14 @@ def correctness(run: Run, prov: dict) -> None:
         q, k, v = q[0], k[0], v[0]
         qd, kd, vd = (torch.rand(len(lens), 2, device="cuda", generator=gen) * 0.02 + 0.01 for _ in range(3))
         kw = dict(cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=max(lens), max_seqlen_k=max(lens), causal=causal)
+        cfg0 = A.default_config(128, causal)
+        emu = attention_fa3_fp8(q, k, v, qd, kd, vd, block_n=cfg0.block_n, **kw)
+        exact = attention_exact(q, k, v, q_descale=qd, k_descale=kd, v_descale=vd, **kw)
         for variant in ("natural", "transposed", "natural-tma"):
             vv = A.pretranspose_v(v) if variant.startswith("transposed") else v
-            cfg = A.default_config(128, causal)
-            cfg = A.AttentionConfig(cfg.block_m, cfg.block_n, cfg.num_warps, cfg.num_stages, "tma" in variant)
+            cfg = A.AttentionConfig(cfg0.block_m, cfg0.block_n, cfg0.num_warps, cfg0.num_stages, "tma" in variant)
             try:
                 out = A.fp8_attention(q, k, vv, qd, kd, vd, config=cfg, **kw)
-                emu = attention_fa3_fp8(q, k, v, qd, kd, vd, block_n=cfg.block_n, **kw)
-                exact = attention_exact(q, k, v, q_descale=qd, k_descale=kd, v_descale=vd, **kw)
                 rows.append(dict(case=f"varlen {lens}x8/2x128{' causal' if causal else ''}", variant=variant,
                                  ours_vs_emu=rel_l2(out, emu), emu_vs_exact=rel_l2(emu, exact),
                                  ratio=rel_l2(out, emu) / rel_l2(emu, exact)))
@@ -168,26 +175,30 @@ def quant(run: Run) -> None:
     x = torch.randn(3, 203, 8, 128, device="cuda", generator=gen, dtype=torch.bfloat16) * 7
     y, d = quantize_fp8(x, "head", heads_kv=4)
     am = x.float().abs().reshape(3, 203, 4, 2, 128).amax(dim=(1, 3, 4))
-    ref = cast_to_fp8(x.float() / (am / 448).repeat_interleave(2, 1)[:, None, :, None])
+    c448 = torch.tensor(448.0, device="cuda")  # tensor divisor: IEEE division (a Python scalar becomes a reciprocal multiply)
+    ref = cast_to_fp8(x.float() / (am / c448).repeat_interleave(2, 1)[:, None, :, None])
     yt, dt = quantize_fp8(x, "token")
-    reft = cast_to_fp8(x.float() / (x.float().abs().amax(-1) / 448)[..., None])
+    dref = x.float().abs().amax(-1) / c448
+    reft = cast_to_fp8(x.float() / dref[..., None])
     ys, _ = quantize_fp8_static(x, 0.0123)
     refs = cast_to_fp8(torch.clamp(x.float() * (1 / torch.tensor(0.0123, device="cuda")), -448, 448))
     yr, _ = quantize_fp8(x, "head", heads_kv=4, round_in_fp32=True)
     rows.append(dict(check="bitwise", head=bool(torch.equal(y.view(torch.uint8), ref.view(torch.uint8))),
-                     head_descale=bool(torch.equal(d, am / 448)),
+                     head_descale=bool(torch.equal(d, am / c448)),
                      token=bool(torch.equal(yt.view(torch.uint8), reft.view(torch.uint8))),
+                     token_descale=bool(torch.equal(dt, dref)),
                      static=bool(torch.equal(ys.view(torch.uint8), refs.view(torch.uint8))),
                      round_fp32_same=bool(torch.equal(yr.view(torch.uint8), y.view(torch.uint8)))))
     # bandwidth: 16k tokens x 32 heads x 128 bf16 = 128 MiB in, 64 MiB out
     x = torch.randn(1, 16384, 32, 128, device="cuda", generator=gen, dtype=torch.bfloat16)
     n = x.numel()
     dst = torch.empty_like(x)
+    q_scale = torch.tensor([0.05], device="cuda")  # on the device, as vLLM keeps layer._q_scale
     ms = bench.median_ms(lambda: dst.copy_(x))
     copy_bw = bench.tbps(4 * n, ms)
     rows.append(dict(kernel="copy bf16->bf16 (torch)", ms=ms, bytes=4 * n, tbps=copy_bw, frac_copy=1.0))
     for name, fn, moved in [
-        ("static (vLLM Q)", lambda: quantize_fp8_static(x, 0.05), 3 * n),
+        ("static (vLLM Q)", lambda: quantize_fp8_static(x, q_scale), 3 * n),
         ("per-token", lambda: quantize_fp8(x, "token"), 3 * n + 4 * n // 128),
         ("per-head (2 passes)", lambda: quantize_fp8(x, "head"), 5 * n),
         ("per-tensor (2 passes)", lambda: quantize_fp8(x, "tensor"), 5 * n),
@@ -210,31 +221,30 @@ def sweep(run: Run, budget_frac: float) -> dict:
     gen = torch.Generator(device="cuda").manual_seed(3)
     rows, best = [], {}
     C = A.AttentionConfig
-    plan = {
-        (128, False): [C(128, 128, 8, 3), C(128, 128, 8, 2), C(128, 64, 4, 3), C(128, 64, 8, 3)],
-        (64, False): [C(128, 128, 8, 3), C(128, 128, 4, 3), C(128, 64, 4, 3)],
-        (256, False): [C(128, 64, 8, 2), C(128, 64, 8, 3), C(128, 32, 8, 3), C(64, 64, 4, 3)],
+    T = "transposed"
+    plan = {  # (config, V layout) candidates, non-causal; causal re-times the 3 fastest
+        128: [(C(128, 128, 8, 3), T), (C(128, 128, 8, 4), T), (C(128, 64, 4, 3), T), (C(128, 128, 4, 3), T),
+              (C(128, 128, 8, 3, False, True), T), (C(128, 128, 8, 3, True), T), (C(128, 128, 8, 3, True, True), T),
+              (C(128, 128, 8, 4, True), T), (C(128, 128, 8, 3), "natural")],
+        64: [(C(128, 128, 4, 3), T), (C(128, 128, 8, 3), T), (C(128, 128, 4, 4), T), (C(128, 256, 8, 3), T),
+             (C(128, 128, 4, 3, False, True), T), (C(128, 128, 4, 3, True), T)],
+        256: [(C(128, 64, 8, 3), T), (C(128, 64, 8, 4), T), (C(128, 128, 8, 2), T), (C(64, 64, 4, 3), T),
+              (C(128, 64, 8, 3, True), T), (C(128, 64, 8, 3, False, True), T)],
     }
     stop = time.time() + run.left() * budget_frac
     for d in (128, 64, 256):
         case = bench.AttentionCase(2, 8192, 32, 32, d, False)
         q, k, v, qd, kd, vd = make_inputs(2, 8192, 8192, 32, 32, d, gen)
         vt = A.pretranspose_v(v)
-        layouts = ["natural", "transposed", "transposed-tma", "natural-tma"] if d == 128 else None
-        if layouts is None:
-            lay = best.get((128, False), (None, "transposed"))[1]
-            layouts = [lay]
         results = []
         for causal in (False, True):
-            cands = []
             if not causal:
-                cands = [(c, lay) for c in plan[(d, False)] for lay in layouts]
+                cands = plan[d]
             else:
-                cands = [x for x, _ in sorted(results, key=lambda r: -r[1])[:2]]
-            for cfg0, lay in cands:
+                cands = [x for x, _ in sorted(results, key=lambda r: -r[1])[:3]]
+            for cfg, lay in cands:
                 if time.time() > stop:
                     break
-                cfg = C(cfg0.block_m, cfg0.block_n, cfg0.num_warps, cfg0.num_stages, lay.endswith("tma"))
                 vv = vt if lay.startswith("transposed") else v
                 t0 = time.time()
                 try:
@@ -242,9 +252,9 @@ def sweep(run: Run, budget_frac: float) -> dict:
                     tf = bench.tflops(bench.AttentionCase(2, 8192, 32, 32, d, causal).flops(), ms)
                     rows.append(dict(head_dim=d, causal=causal, config=cfg.label(), layout=lay, ms=ms, tflops=tf,
                                      compile_and_time_s=round(time.time() - t0, 1)))
-                    if not causal:
-                        results.append(((cfg0, lay), tf))
-                    if (d, causal) not in best or tf > best[(d, causal)][2]:
+                    if not causal and lay == T:
+                        results.append(((cfg, lay), tf))
+                    if lay == T and ((d, causal) not in best or tf > best[(d, causal)][2]):
                         best[(d, causal)] = (cfg, lay, tf)
                 except Exception as e:  # noqa: BLE001
                     rows.append(dict(head_dim=d, causal=causal, config=cfg.label(), layout=lay, error=repr(e)[:300]))

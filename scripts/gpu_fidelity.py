@@ -27,18 +27,22 @@ import os
 import sys
 import time
 import traceback
+from dataclasses import replace
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from fp8lab.data import make_qkv  # noqa: E402
+from fp8lab.data import DISTRIBUTIONS, make_qkv  # noqa: E402
 from fp8lab.metrics import rel_l2  # noqa: E402
 from fp8lab.reference import AccumulatorModel, attention_exact, attention_fa3_fp8, fa3_block_n, quantize_qkv  # noqa: E402
 
 BLOCK_SWEEP = (64, 80, 96, 112, 128, 144, 160, 176, 192, 208, 224, 240, 256)
-ACC_BITS = (23, 16, 14, 13, 12, 10)
+ACC_BITS = (22, 16, 14, 13, 12, 11, 10)
+ACC_BITS_QK = (22, 16, 14, 13, 12)  # the Q.K^T model costs k_chunk x the score tile in memory
+# our labels -> fp8lab.data's names (the paper's outliers were renamed once already)
+DATA_NAMES = {"normal": "normal", "outliers": "fa3_outliers" if "fa3_outliers" in DISTRIBUTIONS else "outliers"}
 
 
 def context() -> dict:
@@ -91,16 +95,28 @@ def emulation_provider():
     return call
 
 
-def variants(d: int, causal: bool, sweep: bool) -> dict[str, dict]:
+def variants(d: int, causal: bool, sweep: bool, provider_flavor: bool = True) -> dict[str, dict]:
+    """Emulation variants: FA3's defaults, vLLM's block sizes, block/order/row-sum sweeps, accumulator models."""
     bn = fa3_block_n(d, causal=causal)
     out: dict[str, dict] = {"default": {}}
+    bn_vllm = fa3_block_n(d, causal=causal, flavor="vllm")
+    if bn_vllm != bn:
+        out["vllm_block_n"] = {"block_n": bn_vllm}
     if not sweep:
         return out
-    out.update({f"block_n={n}": {"block_n": n} for n in BLOCK_SWEEP if n != bn})
+    out.update({f"block_n={n}": {"block_n": n} for n in BLOCK_SWEEP if n not in (bn, bn_vllm)})
     out["first_to_last"] = {"reverse_blocks": False}
     out["rowsum_of_fp8_p"] = {"rowsum_of_fp8_p": True}
-    out.update({f"acc_m{m}": {"accumulator": AccumulatorModel(m)} for m in ACC_BITS})
-    out.update({f"acc_m{m}_promote_block": {"accumulator": AccumulatorModel(m, promote_every=bn)} for m in (13, 10)})
+    out.update({f"acc_sum_m{m}": {"accumulator": AccumulatorModel(m, alignment="sum")} for m in (16, 13)})
+    for m in ACC_BITS:
+        if m in ACC_BITS_QK:
+            out[f"acc_m{m}"] = {"accumulator": AccumulatorModel(m)}
+        out[f"acc_m{m}_pv"] = {"accumulator": AccumulatorModel(m, apply_to_qk=False)}
+    out["acc_m13_floor"] = {"accumulator": AccumulatorModel(13, rounding="floor")}
+    for m in (13, 10):
+        out[f"acc_m{m}_promote_block"] = {"accumulator": AccumulatorModel(m, promote_every=bn)}
+        out[f"acc_m{m}_promote_block_vllm_bn"] = {"accumulator": AccumulatorModel(m, promote_every=bn_vllm),
+                                                 "block_n": bn_vllm}
     return out
 
 
@@ -127,10 +143,11 @@ def compare(case: dict, q, k, v, providers: dict, sweep: bool, acc_only: bool = 
         except Exception as e:  # noqa: BLE001
             case.setdefault("providers", {})[name] = {"error": f"{type(e).__name__}: {e}"}
     vs = variants(case["head_dim"], causal, sweep)
-    if acc_only:
-        vs = {n: o for n, o in vs.items() if n == "default" or n.startswith("acc_")}
-        vs = {n: ({**o, "accumulator": AccumulatorModel(o["accumulator"].mantissa_bits, promote_every=o["accumulator"].promote_every,
-                                                        apply_to_qk=False)} if "accumulator" in o else o) for n, o in vs.items()}
+    if acc_only:  # long context: the P.V accumulator only (the Q.K^T one is not what grows with the context)
+        vs = {n: o for n, o in vs.items() if n in ("default", "vllm_block_n") or
+              (n.startswith("acc_") and (n.endswith("_pv") or "promote" in n))}
+        vs = {n: ({**o, "accumulator": replace(o["accumulator"], apply_to_qk=False)} if "accumulator" in o else o)
+              for n, o in vs.items()}
     case["emulation"] = {}
     for vname, opts in vs.items():
         emu, emu_lse = attention_fa3_fp8(*fp8, causal=causal, softmax_scale=scale, return_lse=True, **opts)
@@ -157,6 +174,7 @@ def main() -> None:
     ap.add_argument("--long", default="8192,32768,131072")
     ap.add_argument("--budget-s", type=float, default=240.0)
     ap.add_argument("--dry-run", action="store_true", help="CPU, tiny shapes, emulation stands in for FA3")
+    ap.add_argument("--cases", default="all", help="'all', or 'accumulator': 4 cases for the accumulator study")
     args = ap.parse_args()
     t0 = time.time()
     dev = "cpu" if args.dry_run else "cuda"
@@ -191,6 +209,10 @@ def main() -> None:
              for dist in ("normal", "outliers") for d in (64, 128, 256) for causal in (False, True)]
     cases += [("normal", 128, True, args.heads, 2, args.seqlen // 2, args.seqlen),  # GQA, seqlen_q < seqlen_k
               ("outliers", 128, False, args.heads, 2, args.seqlen // 2, args.seqlen)]
+    if args.cases == "accumulator":
+        cases = [c for c in cases if (c[0], c[1], c[2], c[4]) in
+                 {("normal", 128, False, args.heads), ("outliers", 128, False, args.heads),
+                  ("normal", 256, False, args.heads), ("normal", 64, True, args.heads)}]
     for i, (dist, d, causal, hq, hk, sq, sk) in enumerate(cases):
         if time.time() - t0 > args.budget_s * 0.6:
             record["notes"].append(f"stopped the fidelity cases at {i}/{len(cases)}: time budget")
@@ -198,7 +220,7 @@ def main() -> None:
         case = {"dist": dist, "head_dim": d, "causal": causal, "heads_q": hq, "heads_kv": hk, "seqlen_q": sq,
                 "seqlen_k": sk, "batch": 1, "fa3_block_n": fa3_block_n(d, causal=causal), "seed": i}
         try:
-            q, k, v = make_qkv(dist, seqlen_q=sq, seqlen_k=sk, heads_q=hq, heads_kv=hk, head_dim=d, device=dev, seed=i)
+            q, k, v = make_qkv(DATA_NAMES[dist], seqlen_q=sq, seqlen_k=sk, heads_q=hq, heads_kv=hk, head_dim=d, device=dev, seed=i)
             record["cases"].append(compare(case, q, k, v, providers, sweep=True))
         except Exception:  # noqa: BLE001
             case["error"] = traceback.format_exc(limit=3)

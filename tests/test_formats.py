@@ -369,9 +369,9 @@ def test_quantize_equals_torch_cast_on_every_float16(name: str, probe: dict) -> 
 @pytest.mark.parametrize("name", TORCH_NAMES)
 def test_quantize_equals_torch_cast_on_random_float32(name: str, probe: dict) -> None:
     f = F.FORMATS[name]
-    x = float32_samples(f, 200_003, seed=1000 + NAMES.index(name))
+    x = float32_samples(f, 120_001, seed=1000 + NAMES.index(name))
     counts = compare_with_torch(x, f, probe)
-    assert counts["in_range"] > 100_000
+    assert counts["in_range"] > 60_000
 
 
 def test_torch_e4m3fn_policy_is_decided_by_the_probe(probe: dict) -> None:

@@ -85,9 +85,9 @@ VLayout = Literal["auto", "natural", "transposed"]
 @triton.jit
 def _attend_block(
     acc, l_i, m_i, q,  # running state and the resident Q tile
-    K, V,  # pointers (or TMA descriptors when USE_TMA)
-    k_base, v_base,  # pointer offsets of this (sequence, kv head) in K and V
-    stride_ks, stride_vs, stride_vd,
+    K, V,  # TMA descriptors when USE_TMA, else unused
+    k_ptrs, v_ptrs,  # pointer tiles of key block 0 (pointer loads)
+    stride_ks, stride_vs,
     tma_b, hk, k_start,  # TMA coordinates: batch index, kv head, first key token
     n0, offs_m, seqlen_k, diag, scale_log2,
     HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, BLOCK_N: tl.constexpr,
@@ -96,16 +96,25 @@ def _attend_block(
 ):
     """One key block: scores, online-softmax update, P cast, PV product."""
     offs_n = n0 + tl.arange(0, BLOCK_N)
-    offs_d = tl.arange(0, HEAD_DIM_PAD)
     in_k = offs_n < seqlen_k
-    if USE_TMA:
+    if HEAD_DIM == HEAD_DIM_PAD:  # no column mask: unmasked blocks load without predicates
+        if MASKED:
+            load_mask = in_k[:, None]
+        else:
+            load_mask = None
+    else:  # 96, 192: the padded columns read as 0 and are never stored
+        d_ok = (tl.arange(0, HEAD_DIM_PAD) < HEAD_DIM)[None, :]
+        if MASKED:
+            load_mask = in_k[:, None] & d_ok
+        else:
+            load_mask = d_ok
+    if USE_TMA:  # out-of-range rows come back as zeros (descriptor bounds)
         k = K.load([tma_b, k_start + n0, hk, 0]).reshape(BLOCK_N, HEAD_DIM_PAD)
     else:
-        k_ptrs = K + k_base + offs_n[:, None].to(tl.int64) * stride_ks + offs_d[None, :]
-        if MASKED:
-            k = tl.load(k_ptrs, mask=in_k[:, None] & (offs_d[None, :] < HEAD_DIM), other=0.0)
+        if load_mask is None:
+            k = tl.load(k_ptrs + n0.to(tl.int64) * stride_ks)
         else:
-            k = tl.load(k_ptrs, mask=offs_d[None, :] < HEAD_DIM, other=0.0)
+            k = tl.load(k_ptrs + n0.to(tl.int64) * stride_ks, mask=load_mask, other=0.0)
     s = tl.dot(q, tl.trans(k))  # raw e4m3 codes in, fp32 scores out (descales not applied yet)
     if MASKED:
         keep = in_k[None, :]
@@ -132,11 +141,10 @@ def _attend_block(
         # One expression for both layouts: Triton specialises strides equal to 1, so with
         # stride_vs == 1 (pre-transposed) the tile lands key-contiguous, and with
         # stride_vd == 1 (natural) the compiler transposes it on its way to shared memory.
-        v_ptrs = V + v_base + offs_n[:, None].to(tl.int64) * stride_vs + offs_d[None, :] * stride_vd
-        if MASKED:
-            v = tl.load(v_ptrs, mask=in_k[:, None] & (offs_d[None, :] < HEAD_DIM), other=0.0)
+        if load_mask is None:
+            v = tl.load(v_ptrs + n0.to(tl.int64) * stride_vs)
         else:
-            v = tl.load(v_ptrs, mask=offs_d[None, :] < HEAD_DIM, other=0.0)
+            v = tl.load(v_ptrs + n0.to(tl.int64) * stride_vs, mask=load_mask, other=0.0)
     acc = tl.dot(p8, v, acc)
     return acc, l_i, m_new
 
@@ -158,6 +166,7 @@ def _fp8_attention_fwd(
     stride_qdb, stride_qdh, stride_kdb, stride_kdh, stride_vdb, stride_vdh,
     # ---- sizes and scale ----------------------------------------------------------
     heads_q, seqlen_q_batched, seqlen_k_batched,  # sequence lengths when not VARLEN
+    n_m_blocks, batch_heads, heads_per_chunk,  # the 1-D grid's work: see "Scheduling" below
     softmax_scale_log2,  # softmax_scale * log2(e), before descales
     # ---- compile-time switches ------------------------------------------------------
     GROUP: tl.constexpr,  # query heads per kv head (GQA/MQA)
@@ -165,12 +174,21 @@ def _fp8_attention_fwd(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     CAUSAL: tl.constexpr, VARLEN: tl.constexpr,
     USE_TMA: tl.constexpr, V_TRANSPOSED: tl.constexpr,
+    WARP_SPECIALIZE: tl.constexpr,  # let Triton split loads and math into warp groups (off-band loop)
     MAX_OFFSET: tl.constexpr,  # 8.0 as FA3; 0.0 gives plain softmax P in [0, 1]
     ROUND_IN_FP32: tl.constexpr,  # exact P and output rounding under the interpreter (see fp8_rounding)
 ):
-    # Longest causal rows first: the last query blocks have the most keys.
-    pid_m = tl.num_programs(0) - 1 - tl.program_id(0)
-    pid_bh = tl.program_id(1)
+    # Scheduling: (batch, head) pairs are taken in chunks of `heads_per_chunk`, whose K and V
+    # fit in L2 together; inside a chunk, query blocks run last-first across all its heads,
+    # so the longest causal rows start first (longest-processing-time order) and the short
+    # ones fill the tail.
+    pid = tl.program_id(0)
+    chunk_size = n_m_blocks * heads_per_chunk
+    chunk = pid // chunk_size
+    heads_here = tl.minimum(heads_per_chunk, batch_heads - chunk * heads_per_chunk)
+    r = pid - chunk * chunk_size
+    pid_m = n_m_blocks - 1 - r // heads_here
+    pid_bh = chunk * heads_per_chunk + r % heads_here
     b = pid_bh // heads_q
     h = pid_bh % heads_q
     hk = h // GROUP  # query head h reads kv head h // (heads_q // heads_kv)
@@ -203,8 +221,15 @@ def _fp8_attention_fwd(
     q_ptrs = (Q + b64 * stride_qb + h.to(tl.int64) * stride_qh
               + (q_start + offs_m)[:, None].to(tl.int64) * stride_qs + offs_d[None, :])
     q = tl.load(q_ptrs, mask=in_q[:, None] & (offs_d[None, :] < HEAD_DIM), other=0.0)
-    k_base = b64 * stride_kb + hk.to(tl.int64) * stride_kh + k_start.to(tl.int64) * stride_ks
-    v_base = b64 * stride_vb + hk.to(tl.int64) * stride_vh + k_start.to(tl.int64) * stride_vs
+    offs_n = tl.arange(0, BLOCK_N)
+    if USE_TMA:
+        k_ptrs = K
+        v_ptrs = V
+    else:  # pointer tiles of key block 0; block j adds j * BLOCK_N * stride (one scalar)
+        k_ptrs = (K + b64 * stride_kb + hk.to(tl.int64) * stride_kh + k_start.to(tl.int64) * stride_ks
+                  + offs_n[:, None] * stride_ks + offs_d[None, :])
+        v_ptrs = (V + b64 * stride_vb + hk.to(tl.int64) * stride_vh + k_start.to(tl.int64) * stride_vs
+                  + offs_n[:, None] * stride_vs + offs_d[None, :] * stride_vd)
 
     # Which key blocks this query block needs, and which of them need a mask.
     diag = seqlen_k - seqlen_q  # query i sees keys j <= i + diag
@@ -224,15 +249,15 @@ def _fp8_attention_fwd(
     for i in range(0, n_blocks - n_full):
         n0 = (n_blocks - 1 - i) * BLOCK_N
         acc, l_i, m_i = _attend_block(
-            acc, l_i, m_i, q, K, V, k_base, v_base, stride_ks, stride_vs, stride_vd, tma_b, hk, k_start,
+            acc, l_i, m_i, q, K, V, k_ptrs, v_ptrs, stride_ks, stride_vs, tma_b, hk, k_start,
             n0, offs_m, seqlen_k, diag, scale_log2,
             HEAD_DIM, HEAD_DIM_PAD, BLOCK_N, True, CAUSAL, USE_TMA, V_TRANSPOSED, MAX_OFFSET, ROUND_IN_FP32,
         )
     # Phase 2, off the band: fully visible blocks, no mask work at all.
-    for i in range(0, n_full):
+    for i in tl.range(0, n_full, warp_specialize=WARP_SPECIALIZE):
         n0 = (n_full - 1 - i) * BLOCK_N
         acc, l_i, m_i = _attend_block(
-            acc, l_i, m_i, q, K, V, k_base, v_base, stride_ks, stride_vs, stride_vd, tma_b, hk, k_start,
+            acc, l_i, m_i, q, K, V, k_ptrs, v_ptrs, stride_ks, stride_vs, tma_b, hk, k_start,
             n0, offs_m, seqlen_k, diag, scale_log2,
             HEAD_DIM, HEAD_DIM_PAD, BLOCK_N, False, CAUSAL, USE_TMA, V_TRANSPOSED, MAX_OFFSET, ROUND_IN_FP32,
         )
@@ -269,9 +294,11 @@ class AttentionConfig:
     num_warps: int = 8
     num_stages: int = 3
     use_tma: bool = False
+    warp_specialize: bool = False
 
     def label(self) -> str:
-        return f"m{self.block_m}n{self.block_n}w{self.num_warps}s{self.num_stages}" + ("-tma" if self.use_tma else "")
+        return (f"m{self.block_m}n{self.block_n}w{self.num_warps}s{self.num_stages}"
+                + ("-tma" if self.use_tma else "") + ("-ws" if self.warp_specialize else ""))
 
 
 def attention_configs(head_dim: int) -> list[AttentionConfig]:
@@ -460,7 +487,9 @@ def fp8_attention(
     if max_sq > 0 and out.numel() > 0:
         descs = _descriptors(k4, v4, v_transposed, cfg, d_pad)
         k_arg, v_arg = descs if descs is not None else (k, v)
-        grid = (triton.cdiv(max_sq, cfg.block_m), shape.batch * shape.heads_q)
+        n_m = triton.cdiv(max_sq, cfg.block_m)
+        bh = shape.batch * shape.heads_q
+        grid = (n_m * bh,)
         _fp8_attention_fwd[grid](
             q, k_arg, v_arg, out, lse, qd, kd, vd, cu_q, cu_k,
             batch_strides(q), q4.stride(1), q4.stride(2),
@@ -470,11 +499,12 @@ def fp8_attention(
             *lse_strides,
             qd.stride(0), qd.stride(1), kd.stride(0), kd.stride(1), vd.stride(0), vd.stride(1),
             shape.heads_q, max_sq, shape.max_seqlen_k,
+            n_m, bh, heads_per_chunk(shape.max_seqlen_k, d_pad, shape.group_size, bh),
             scale * LOG2E,
             GROUP=shape.group_size, HEAD_DIM=d, HEAD_DIM_PAD=d_pad,
             BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
             CAUSAL=bool(causal), VARLEN=shape.varlen,
-            USE_TMA=descs is not None, V_TRANSPOSED=v_transposed,
+            USE_TMA=descs is not None, V_TRANSPOSED=v_transposed, WARP_SPECIALIZE=cfg.warp_specialize,
             MAX_OFFSET=float(max_offset), ROUND_IN_FP32=round_p,
             num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         )
@@ -484,6 +514,16 @@ def fp8_attention(
         out.zero_()
         lse.fill_(float("-inf"))
     return (out, lse) if return_lse else out
+
+
+L2_BUDGET_BYTES = 24 << 20  # about half the H100/H200 L2 (50 MB): room for K/V of a chunk plus Q/O traffic
+
+
+def heads_per_chunk(seqlen_k: int, head_dim: int, group: int, batch_heads: int) -> int:
+    """Query heads scheduled together: their K and V (e4m3, 2 * seqlen_k * head_dim bytes
+    per kv head, shared by `group` query heads) should fit in `L2_BUDGET_BYTES`."""
+    per_kv_head = max(1, 2 * seqlen_k * head_dim)
+    return int(min(batch_heads, max(1, L2_BUDGET_BYTES // per_kv_head * group)))
 
 
 def _check_kernel_support(q: torch.Tensor, shape: AttentionShape) -> None:

@@ -25,6 +25,7 @@ first (`round_to_e4m3`), because the interpreter's own cast is wrong on carries.
 
 from __future__ import annotations
 
+import math
 from typing import Literal
 
 import torch
@@ -49,11 +50,11 @@ def _to_e4m3(y, ROUND_IN_FP32: tl.constexpr):
 
 
 @triton.jit
-def _rows_tile(pid_t, pid_bh, heads, CU, seqlen_batched, stride_b, stride_s, stride_h,
-               BLOCK_T: tl.constexpr, D_PAD: tl.constexpr, D: tl.constexpr, VARLEN: tl.constexpr):
-    """Offsets (BLOCK_T, D_PAD) of this program's rows of one (sequence, head), their mask, b, h."""
-    b = pid_bh // heads
-    h = pid_bh % heads
+def _tile(pid_t, b, CU, seqlen_batched, stride_b, stride_s, stride_h,
+          BLOCK_T: tl.constexpr, H_PAD: tl.constexpr, H: tl.constexpr, D_PAD: tl.constexpr, D: tl.constexpr,
+          VARLEN: tl.constexpr):
+    """Offsets (BLOCK_T, H_PAD, D_PAD) of this program's tokens of sequence b, all heads, and
+    their mask. In FA3's layout these BLOCK_T * heads * head_dim values are one contiguous run."""
     if VARLEN:
         start = tl.load(CU + b)
         seqlen = tl.load(CU + b + 1) - start
@@ -61,62 +62,65 @@ def _rows_tile(pid_t, pid_bh, heads, CU, seqlen_batched, stride_b, stride_s, str
         start = 0
         seqlen = seqlen_batched
     offs_t = pid_t * BLOCK_T + tl.arange(0, BLOCK_T)
+    offs_h = tl.arange(0, H_PAD)
     offs_d = tl.arange(0, D_PAD)
-    mask = (offs_t[:, None] < seqlen) & (offs_d[None, :] < D)
-    offs = (b.to(tl.int64) * stride_b + h.to(tl.int64) * stride_h
-            + (start + offs_t)[:, None].to(tl.int64) * stride_s + offs_d[None, :])
-    return offs, mask, b, h
+    mask = (offs_t[:, None, None] < seqlen) & (offs_h[None, :, None] < H) & (offs_d[None, None, :] < D)
+    offs = (b.to(tl.int64) * stride_b + (start + offs_t)[:, None, None].to(tl.int64) * stride_s
+            + offs_h[None, :, None] * stride_h + offs_d[None, None, :])
+    return offs, mask
 
 
 @triton.jit
-def _amax_kernel(X, AMAX, CU, heads, group, seqlen, stride_b, stride_s, stride_h, stride_ab, stride_ah,
-                 BLOCK_T: tl.constexpr, D_PAD: tl.constexpr, D: tl.constexpr, VARLEN: tl.constexpr):
+def _amax_kernel(X, AMAX, CU, group, seqlen, stride_b, stride_s, stride_h, stride_ab, stride_ah,
+                 BLOCK_T: tl.constexpr, H_PAD: tl.constexpr, H: tl.constexpr, D_PAD: tl.constexpr,
+                 D: tl.constexpr, VARLEN: tl.constexpr, PER_TENSOR: tl.constexpr):
     """Pass 1 (per head / per tensor): amax of a tile, atomically maxed into AMAX[b, h // group]."""
-    offs, mask, b, h = _rows_tile(tl.program_id(0), tl.program_id(1), heads, CU, seqlen,
-                                  stride_b, stride_s, stride_h, BLOCK_T, D_PAD, D, VARLEN)
-    x = tl.load(X + offs, mask=mask, other=0.0).to(tl.float32)
-    tl.atomic_max(AMAX + b * stride_ab + (h // group) * stride_ah, tl.max(tl.abs(x)))  # |x| >= 0: float max is safe
-
-
-@triton.jit
-def _scale_cast_kernel(X, Y, DESCALE, CU, heads, group, seqlen, stride_b, stride_s, stride_h,
-                       stride_yb, stride_ys, stride_yh, stride_db, stride_dh,
-                       BLOCK_T: tl.constexpr, D_PAD: tl.constexpr, D: tl.constexpr, VARLEN: tl.constexpr,
-                       STATIC: tl.constexpr, ROUND_IN_FP32: tl.constexpr):
-    """Pass 2 (per head / per tensor), or the only pass (static): y = e4m3(x / descale)."""
-    pid_t, pid_bh = tl.program_id(0), tl.program_id(1)
-    offs, mask, b, h = _rows_tile(pid_t, pid_bh, heads, CU, seqlen, stride_b, stride_s, stride_h,
-                                  BLOCK_T, D_PAD, D, VARLEN)
-    y_offs, _, _, _ = _rows_tile(pid_t, pid_bh, heads, CU, seqlen, stride_yb, stride_ys, stride_yh,
-                                 BLOCK_T, D_PAD, D, VARLEN)
-    x = tl.load(X + offs, mask=mask, other=0.0).to(tl.float32)
-    d = tl.load(DESCALE + b * stride_db + (h // group) * stride_dh)
-    if STATIC:  # vLLM's scaled_fp8_quant: multiply by the reciprocal
-        y = x * tl.math.div_rn(1.0, d)
+    b = tl.program_id(1)
+    offs, mask = _tile(tl.program_id(0), b, CU, seqlen, stride_b, stride_s, stride_h,
+                       BLOCK_T, H_PAD, H, D_PAD, D, VARLEN)
+    a = tl.max(tl.max(tl.abs(tl.load(X + offs, mask=mask, other=0.0).to(tl.float32)), 2), 0)  # (H_PAD,)
+    if PER_TENSOR:
+        tl.atomic_max(AMAX, tl.max(a, 0))  # |x| >= 0, so a float atomic max is exact
     else:
-        y = tl.math.div_rn(x, d)
+        offs_h = tl.arange(0, H_PAD)
+        tl.atomic_max(AMAX + b * stride_ab + (offs_h // group) * stride_ah, a, mask=offs_h < H)
+
+
+@triton.jit
+def _scale_cast_kernel(X, Y, DESCALE, CU, group, seqlen, stride_b, stride_s, stride_h,
+                       stride_yb, stride_ys, stride_yh, stride_db, stride_dh,
+                       BLOCK_T: tl.constexpr, H_PAD: tl.constexpr, H: tl.constexpr, D_PAD: tl.constexpr,
+                       D: tl.constexpr, VARLEN: tl.constexpr, STATIC: tl.constexpr, ROUND_IN_FP32: tl.constexpr):
+    """Pass 2 (per head / per tensor), or the only pass (static): y = e4m3(x / descale)."""
+    pid_t, b = tl.program_id(0), tl.program_id(1)
+    offs, mask = _tile(pid_t, b, CU, seqlen, stride_b, stride_s, stride_h, BLOCK_T, H_PAD, H, D_PAD, D, VARLEN)
+    y_offs, _ = _tile(pid_t, b, CU, seqlen, stride_yb, stride_ys, stride_yh, BLOCK_T, H_PAD, H, D_PAD, D, VARLEN)
+    x = tl.load(X + offs, mask=mask, other=0.0).to(tl.float32)
+    offs_h = tl.arange(0, H_PAD)
+    d = tl.load(DESCALE + b * stride_db + (offs_h // group) * stride_dh, mask=offs_h < H, other=1.0)
+    if STATIC:  # vLLM's scaled_fp8_quant: multiply by the reciprocal
+        y = x * tl.math.div_rn(1.0, d)[None, :, None]
+    else:
+        y = tl.math.div_rn(x, tl.broadcast_to(d[None, :, None], x.shape))
     tl.store(Y + y_offs, _to_e4m3(y, ROUND_IN_FP32), mask=mask)
 
 
 @triton.jit
-def _per_token_kernel(X, Y, DESCALE, CU, heads, seqlen, stride_b, stride_s, stride_h,
+def _per_token_kernel(X, Y, DESCALE, CU, seqlen, stride_b, stride_s, stride_h,
                       stride_yb, stride_ys, stride_yh, stride_db, stride_ds, stride_dh,
-                      BLOCK_T: tl.constexpr, D_PAD: tl.constexpr, D: tl.constexpr, VARLEN: tl.constexpr,
-                      ROUND_IN_FP32: tl.constexpr):
-    """One pass: each row's amax, descale = amax / 448 (1 for a zero row), cast, store both."""
-    pid_t, pid_bh = tl.program_id(0), tl.program_id(1)
-    offs, mask, b, h = _rows_tile(pid_t, pid_bh, heads, CU, seqlen, stride_b, stride_s, stride_h,
-                                  BLOCK_T, D_PAD, D, VARLEN)
-    y_offs, _, _, _ = _rows_tile(pid_t, pid_bh, heads, CU, seqlen, stride_yb, stride_ys, stride_yh,
-                                 BLOCK_T, D_PAD, D, VARLEN)
-    d_offs, row_mask, _, _ = _rows_tile(pid_t, pid_bh, heads, CU, seqlen, stride_db, stride_ds, stride_dh,
-                                        BLOCK_T, 1, 1, VARLEN)
+                      BLOCK_T: tl.constexpr, H_PAD: tl.constexpr, H: tl.constexpr, D_PAD: tl.constexpr,
+                      D: tl.constexpr, VARLEN: tl.constexpr, ROUND_IN_FP32: tl.constexpr):
+    """One pass: each (token, head) row's amax, descale = amax / 448 (1 for a zero row), cast, store both."""
+    pid_t, b = tl.program_id(0), tl.program_id(1)
+    offs, mask = _tile(pid_t, b, CU, seqlen, stride_b, stride_s, stride_h, BLOCK_T, H_PAD, H, D_PAD, D, VARLEN)
+    y_offs, _ = _tile(pid_t, b, CU, seqlen, stride_yb, stride_ys, stride_yh, BLOCK_T, H_PAD, H, D_PAD, D, VARLEN)
+    d_offs, row_mask = _tile(pid_t, b, CU, seqlen, stride_db, stride_ds, stride_dh, BLOCK_T, H_PAD, H, 1, 1, VARLEN)
     x = tl.load(X + offs, mask=mask, other=0.0).to(tl.float32)
-    amax = tl.max(tl.abs(x), 1)
-    d = tl.where(amax > 0, tl.math.div_rn(amax, 448.0), 1.0)
-    y = tl.math.div_rn(x, d[:, None])
+    amax = tl.max(tl.abs(x), 2)  # (BLOCK_T, H_PAD)
+    d = tl.where(amax > 0, tl.math.div_rn(amax, tl.full(amax.shape, 448.0, tl.float32)), 1.0)
+    y = tl.math.div_rn(x, tl.broadcast_to(d[:, :, None], x.shape))
     tl.store(Y + y_offs, _to_e4m3(y, ROUND_IN_FP32), mask=mask)
-    tl.store(DESCALE + d_offs, d[:, None], mask=row_mask)
+    tl.store(DESCALE + d_offs, d[:, :, None], mask=row_mask)
 
 
 def _layout(x: torch.Tensor, cu_seqlens: torch.Tensor | None):
@@ -150,8 +154,17 @@ def _heads_kv(heads: int, heads_kv: int | None) -> int:
     return hk
 
 
-def _block_t(d_pad: int) -> int:
-    return 16 if triton_interpret() else max(1, 8192 // d_pad)  # ~8k elements per program on a GPU
+def _block_t(heads: int, d: int) -> int:
+    """Tokens per program: about 8k values (16 KB of bf16) on a GPU, 16 tokens in the interpreter."""
+    if triton_interpret():
+        return 16
+    return max(1, triton.next_power_of_2(max(1, 8192 // (triton.next_power_of_2(heads) * triton.next_power_of_2(d)))))
+
+
+def _launch_sizes(x, heads, d, seqlen, batch):
+    h_pad, d_pad = triton.next_power_of_2(max(heads, 1)), triton.next_power_of_2(max(d, 1))
+    bt = _block_t(heads, d)
+    return dict(BLOCK_T=bt, H_PAD=h_pad, H=heads, D_PAD=d_pad, D=d), (triton.cdiv(max(seqlen, 1), bt), batch)
 
 
 def quantize_fp8(
@@ -180,30 +193,29 @@ def quantize_fp8(
     y = torch.empty(x.shape, dtype=torch.float8_e4m3fn, device=x.device)
     y_strides = (0,) + y.stride()[:2] if cu_seqlens is not None else y.stride()[:3]
     cu = cu_seqlens if cu_seqlens is not None else torch.zeros(1, dtype=torch.int32, device=x.device)
-    d_pad = triton.next_power_of_2(max(d, 1))
-    bt = _block_t(d_pad)
-    grid = (triton.cdiv(max(seqlen, 1), bt), batch * heads)
+    sizes, grid = _launch_sizes(x, heads, d, seqlen, batch)
+    varlen = cu_seqlens is not None
     if granularity == "token":
         descale = torch.empty(x.shape[:-1], dtype=torch.float32, device=x.device)
-        d_strides = (0,) + descale.stride() if cu_seqlens is not None else descale.stride()
+        d_strides = (0,) + descale.stride() if varlen else descale.stride()
         if x.numel():
-            _per_token_kernel[grid](x, y, descale, cu, heads, seqlen, *strides, *y_strides, *d_strides,
-                                    BLOCK_T=bt, D_PAD=d_pad, D=d, VARLEN=cu_seqlens is not None, ROUND_IN_FP32=round_p)
+            _per_token_kernel[grid](x, y, descale, cu, seqlen, *strides, *y_strides, *d_strides,
+                                    **sizes, VARLEN=varlen, ROUND_IN_FP32=round_p)
         return y, descale
     per_tensor = granularity == "tensor"
     amax = torch.zeros((1, 1) if per_tensor else (batch, hk), dtype=torch.float32, device=x.device)
-    a_strides = (0, 0) if per_tensor else amax.stride()
     group = heads // hk
     if x.numel():
-        _amax_kernel[grid](x, amax, cu, heads, group, seqlen, *strides, *a_strides,
-                           BLOCK_T=bt, D_PAD=d_pad, D=d, VARLEN=cu_seqlens is not None)
-    descale = torch.where(amax > 0, amax / E4M3_MAX, torch.ones_like(amax))
+        _amax_kernel[grid](x, amax, cu, group, seqlen, *strides, *amax.stride(),
+                           **sizes, VARLEN=varlen, PER_TENSOR=per_tensor)
+    # descale = amax / 448, correctly rounded (a tensor divisor: torch divides by a Python
+    # scalar on CUDA as a multiply by its reciprocal, which can be one ulp off)
+    descale = torch.where(amax > 0, amax / torch.full_like(amax, E4M3_MAX), torch.ones_like(amax))
     if per_tensor:
         descale = descale.expand(batch, hk)
     if x.numel():
-        _scale_cast_kernel[grid](x, y, descale, cu, heads, group, seqlen, *strides, *y_strides, *descale.stride(),
-                                 BLOCK_T=bt, D_PAD=d_pad, D=d, VARLEN=cu_seqlens is not None,
-                                 STATIC=False, ROUND_IN_FP32=round_p)
+        _scale_cast_kernel[grid](x, y, descale, cu, group, seqlen, *strides, *y_strides, *descale.stride(),
+                                 **sizes, VARLEN=varlen, STATIC=False, ROUND_IN_FP32=round_p)
     return y, descale
 
 
@@ -223,21 +235,27 @@ def quantize_fp8_static(
     """
     batch, seqlen, heads, d, strides = _layout(x, cu_seqlens)
     hk = _heads_kv(heads, heads_kv)
-    s = torch.as_tensor(scale, dtype=torch.float32, device=x.device).reshape(-1)
-    if s.numel() != 1:
-        raise ValueError(f"scale: expected one value (static per-tensor), got {s.numel()}")
-    if not bool(torch.isfinite(s).all() and (s > 0).all()):
-        raise ValueError(f"scale: expected a finite value > 0, got {s.item()}")
-    descale = s.reshape(1, 1).expand(batch, hk)
+    if isinstance(scale, torch.Tensor):
+        if scale.dtype != torch.float32 or scale.numel() != 1 or scale.device != x.device:
+            raise ValueError(
+                f"scale: expected a one-element float32 tensor on {x.device}, got {scale.dtype} "
+                f"{tuple(scale.shape)} on {scale.device}"
+            )
+        s = scale.reshape(1, 1)
+        if s.device.type == "cpu" and not bool(torch.isfinite(s).all() and (s > 0).all()):
+            raise ValueError(f"scale: expected a finite value > 0, got {s.item()}")
+        # a GPU tensor's value is not read back here: that would cost a device sync per call
+    else:
+        if not (isinstance(scale, (int, float)) and math.isfinite(scale) and scale > 0):
+            raise ValueError(f"scale: expected a finite number > 0, got {scale!r}")
+        s = torch.full((1, 1), float(scale), dtype=torch.float32, device=x.device)
+    descale = s.expand(batch, hk)
     round_p = triton_interpret() if round_in_fp32 is None else bool(round_in_fp32)
     y = torch.empty(x.shape, dtype=torch.float8_e4m3fn, device=x.device)
     y_strides = (0,) + y.stride()[:2] if cu_seqlens is not None else y.stride()[:3]
     cu = cu_seqlens if cu_seqlens is not None else torch.zeros(1, dtype=torch.int32, device=x.device)
-    d_pad = triton.next_power_of_2(max(d, 1))
-    bt = _block_t(d_pad)
+    sizes, grid = _launch_sizes(x, heads, d, seqlen, batch)
     if x.numel():
-        grid = (triton.cdiv(max(seqlen, 1), bt), batch * heads)
-        _scale_cast_kernel[grid](x, y, descale, cu, heads, heads // hk, seqlen, *strides, *y_strides, 0, 0,
-                                 BLOCK_T=bt, D_PAD=d_pad, D=d, VARLEN=cu_seqlens is not None,
-                                 STATIC=True, ROUND_IN_FP32=round_p)
+        _scale_cast_kernel[grid](x, y, descale, cu, heads // hk, seqlen, *strides, *y_strides, 0, 0,
+                                 **sizes, VARLEN=cu_seqlens is not None, STATIC=True, ROUND_IN_FP32=round_p)
     return y, descale

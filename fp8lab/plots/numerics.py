@@ -205,6 +205,7 @@ def plot_value_grid(
     ax = _axes(ax, (9, 0.6 + 0.55 * df["format"].nunique()))
     sns.stripplot(data=df, x=col, y="format", hue="kind", hue_order=["normal", "subnormal"],
                   marker="|", size=14, linewidth=1.2, jitter=False, ax=ax)
+    sns.move_legend(ax, "upper left", bbox_to_anchor=(1.0, 1.0))
     ax.set_xlabel("log2(value)" if log2 else "value")
     ax.set_ylabel("format")
     ax.set_title("Where the positive FP8 values lie" + (" (log2 scale)" if log2 else ""))

@@ -88,12 +88,14 @@ class AccumulatorModel:
     """A model of Hopper's FP8 tensor-core accumulator.
 
     Each MMA step adds `k_chunk` products (WGMMA's K is 32 for FP8) to the
-    accumulator C. The sum is aligned to the largest magnitude involved and
-    kept to `mantissa_bits` bits below its leading bit, cut toward zero
-    ("truncate") or rounded to nearest ("nearest"). The alignment exponent is
-    taken from max(|C|, sum|a*b| over the chunk), an upper bound of the
-    largest single term (the exact per-product maximum would need the whole
-    product tensor in memory).
+    accumulator C, aligned to the largest magnitude involved and kept to
+    `mantissa_bits` bits below that leading bit, cut toward zero ("truncate"),
+    toward -inf ("floor") or rounded to nearest ("nearest").
+    alignment="product": C and every product are aligned to the exponent of
+    max(|C|, max|a*b|) and cut one by one, then summed exactly (how tensor
+    cores are described to add: fixed-point after alignment; memory grows with
+    k_chunk x the output tile). alignment="sum": the exact chunk sum is cut
+    once, aligned to max(|C|, sum|a*b|) (cheaper, loses less).
 
     promote_every: None: the accumulator is FA3's O itself, across all key
     blocks (upstream FA3). An int n: two-level accumulation, a fresh
@@ -105,8 +107,9 @@ class AccumulatorModel:
     mantissa_bits: int = 13
     k_chunk: int = 32
     promote_every: int | None = None
-    rounding: Literal["truncate", "nearest"] = "truncate"
+    rounding: Literal["truncate", "floor", "nearest"] = "truncate"
     apply_to_qk: bool = True
+    alignment: Literal["product", "sum"] = "product"
 
     def __post_init__(self) -> None:
         if not (isinstance(self.mantissa_bits, int) and 1 <= self.mantissa_bits <= 52):
@@ -115,26 +118,49 @@ class AccumulatorModel:
             raise ValueError(f"k_chunk: expected an int >= 1, got {self.k_chunk!r}")
         if self.promote_every is not None and not (isinstance(self.promote_every, int) and self.promote_every >= 1):
             raise ValueError(f"promote_every: expected None or an int >= 1, got {self.promote_every!r}")
-        if self.rounding not in ("truncate", "nearest"):
-            raise ValueError(f"rounding: expected 'truncate' or 'nearest', got {self.rounding!r}")
+        if self.rounding not in _ROUND:
+            raise ValueError(f"rounding: expected one of {tuple(_ROUND)}, got {self.rounding!r}")
+        if self.alignment not in ("product", "sum"):
+            raise ValueError(f"alignment: expected 'product' or 'sum', got {self.alignment!r}")
+
+
+_ROUND = {"truncate": torch.trunc, "floor": torch.floor, "nearest": torch.round}
+# Largest product tensor (elements) that alignment="product" materializes at once.
+_PRODUCT_ELEMENTS = 1 << 26
+
+
+def _quantum(ref: torch.Tensor, bits: int) -> torch.Tensor:
+    """2^(e - bits) where 2^e is the leading bit of ref (ref > 0), float64."""
+    _, e = torch.frexp(ref)  # ref = mant * 2^e, mant in [0.5, 1): leading bit 2^(e-1)
+    return torch.ldexp(torch.ones_like(ref), (e - 1 - bits).to(torch.float64))
 
 
 def mma(a: torch.Tensor, b: torch.Tensor, acc: torch.Tensor | None, model: AccumulatorModel) -> torch.Tensor:
-    """acc + a @ b through the accumulator model; float64 in, float64 out (values fit float32 when bits <= 23).
+    """acc + a @ b through the accumulator model; float64 in and out.
 
     a: (..., rows, K), b: (..., K, cols), acc: (..., rows, cols) or None (zero).
     """
     out = torch.zeros(*a.shape[:-1], b.shape[-1], dtype=torch.float64, device=a.device) if acc is None else acc
-    kk = a.shape[-1]
+    rnd = _ROUND[model.rounding]
+    kk, rows = a.shape[-1], a.shape[-2]
     for c0 in range(0, kk, model.k_chunk):
         ac, bc = a[..., c0:c0 + model.k_chunk], b[..., c0:c0 + model.k_chunk, :]
-        total = out + ac @ bc
-        ref = torch.maximum(out.abs(), ac.abs() @ bc.abs())
-        _, e = torch.frexp(ref)  # ref = mant * 2^e, mant in [0.5, 1): leading bit 2^(e-1)
-        quantum = torch.ldexp(torch.ones_like(ref), (e - 1 - model.mantissa_bits).to(torch.float64))
-        t = total / quantum
-        t = torch.trunc(t) if model.rounding == "truncate" else torch.round(t)
-        out = torch.where(ref > 0, t * quantum, total)
+        if model.alignment == "sum":
+            ref = torch.maximum(out.abs(), ac.abs() @ bc.abs())
+            q = _quantum(ref, model.mantissa_bits)
+            total = out + ac @ bc
+            out = torch.where(ref > 0, rnd(total / q) * q, total)
+            continue
+        per_row = max(1, out[..., :1, :].numel() * ac.shape[-1])  # product elements per output row
+        step = max(1, _PRODUCT_ELEMENTS // per_row)
+        parts = []
+        for r0 in range(0, rows, step):
+            o = out[..., r0:r0 + step, :]
+            prods = ac[..., r0:r0 + step, :, None] * bc[..., None, :, :]  # (..., r, k, cols), exact
+            ref = torch.maximum(o.abs(), prods.abs().amax(dim=-2))
+            q = _quantum(torch.where(ref > 0, ref, torch.ones_like(ref)), model.mantissa_bits)
+            parts.append(rnd(o / q) * q + (rnd(prods / q[..., None, :]) * q[..., None, :]).sum(dim=-2))
+        out = torch.cat(parts, dim=-2)
     return out
 
 
@@ -145,13 +171,22 @@ def fa3_block_n(
     causal: bool = False,
     local: bool = False,
     fp8: bool = True,
+    flavor: Literal["upstream", "vllm"] = "upstream",
 ) -> int:
     """FA3's kBlockN on Hopper (hopper/tile_size.h, `tile_size_fwd_sm90`).
 
     For the plain path: TMA K/V (not paged), V row-major, no softcap, two MMA
     warpgroups (one is used only when seqlen_q * heads_q / heads_kv <= 64).
+    flavor="vllm": the FP8 block sizes of vLLM's FA3 library (vllm 0.33), which
+    differ at head dims 64 and 128 - MEASURED on an H200 as the block size that
+    brings the emulation closest to the library (results/h200/fidelity.json),
+    not read from its source.
     """
     d, dv = head_dim, head_dim if head_dim_v is None else head_dim_v
+    if flavor not in ("upstream", "vllm"):
+        raise ValueError(f"flavor: expected 'upstream' or 'vllm', got {flavor!r}")
+    if fp8 and flavor == "vllm" and not local and d in (64, 128):
+        return {64: 128, 128: 192}[d]
     if fp8:
         if d <= 64:
             return 160

@@ -67,10 +67,12 @@ def fp8_descale(
             [a[s:e].reshape(e - s, heads_kv, -1).amax(dim=(0, 2)) if e > s else a.new_zeros(heads_kv)
              for s, e in zip(bounds[:-1], bounds[1:])]
         )
+    shape = amax.shape
     if granularity == "tensor":
-        amax = amax.amax().expand(amax.shape)
+        amax = amax.amax()
     descale = amax * (margin / _E4M3_MAX)
-    return torch.where(descale > 0, descale, torch.ones_like(descale))
+    descale = torch.where(descale > 0, descale, torch.ones_like(descale))
+    return descale.expand(shape) if granularity == "tensor" else descale
 
 
 def quantize_qkv(

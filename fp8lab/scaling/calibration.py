@@ -84,8 +84,8 @@ def calibration_mse(
     cands = r[:, None] * amax[None, :]
     for i in range(r.numel()):
         d = (cands[i] / top)[:, None]
-        y = (x / d).clamp(-top, top)
-        err = formats.quantize(y, fp8, overflow="saturate") * d - x
+        y = (x / d).clamp(-top, top).float()
+        err = formats.cast_to_fp8(y, fp8).double() * d - x
         mse[i] = (err.square() * valid).sum(dim=1) / counts
     return cands, mse
 

@@ -13,7 +13,6 @@ import torch
 
 from fp8lab import metrics
 from fp8lab.scaling.checkpoint import resolve_checkpoint_scales
-from fp8lab.scaling.granularity import PerHead
 from fp8lab.scaling.strategy import ScaleStrategy, dequantize, quantize, quantize_with_descale
 
 __all__ = ["METRIC_NAMES", "compare_strategies", "delayed_trace", "fallback_sweep"]
@@ -21,12 +20,21 @@ __all__ = ["METRIC_NAMES", "compare_strategies", "delayed_trace", "fallback_swee
 METRIC_NAMES: tuple[str, ...] = ("rmse", "rel_l2", "cosine", "sqnr")
 
 
+def _clamped(x: torch.Tensor, descale: torch.Tensor, strat: ScaleStrategy) -> float:
+    """Fraction of elements with |x / descale| > fp8_max (clamped by saturation, NaN without it)."""
+    x4 = x if x.dim() == 4 else x[None]
+    d = strat.granularity.expand(descale, tuple(x4.shape))
+    return (x4.double().abs() / d > strat.max).double().mean().item()
+
+
 def compare_strategies(
     tensors: Mapping[str, torch.Tensor],
     strategies: Mapping[str, ScaleStrategy],
     metric_names: Sequence[str] = METRIC_NAMES,
 ) -> pd.DataFrame:
-    """Round-trip error of every strategy on every tensor: columns tensor, strategy, one per metric.
+    """Round-trip error of every strategy on every tensor: columns tensor, strategy, one per metric,
+    and sqnr_worst_head (the SQNR of the worst head: a whole-tensor metric is dominated by the
+    heads with the most energy and hides what happens to small heads).
 
     Static strategies must already hold their calibrated amax; delayed ones are reset before each tensor
     (so they show their first-call behaviour: the initial descale).
@@ -41,6 +49,7 @@ def compare_strategies(
             back = dequantize(x8, d, strat, dtype=torch.float64)
             row = {"tensor": tname, "strategy": sname}
             row.update({m: metrics.METRICS[m](back, ref) for m in metric_names})
+            row["sqnr_worst_head"] = float(metrics.sqnr(back, ref, per_head=True).min())
             rows.append(row)
     return pd.DataFrame(rows)
 
@@ -49,7 +58,7 @@ def delayed_trace(series: Sequence[torch.Tensor], strategies: Mapping[str, Scale
     """Quantize a sequence of tensors with each (stateful) strategy, step by step.
 
     Columns: step, strategy, descale (max over groups), ideal (amax/fp8_max of this step's tensor),
-    saturated (fraction of elements clamped), rel_l2, sqnr.
+    saturated (fraction of elements beyond fp8_max, i.e. clamped), rel_l2, sqnr.
     """
     rows = []
     for sname, strat in strategies.items():
@@ -64,7 +73,7 @@ def delayed_trace(series: Sequence[torch.Tensor], strategies: Mapping[str, Scale
                 "strategy": sname,
                 "descale": d.double().max().item(),
                 "ideal": ideal,
-                "saturated": (x8.float().abs() >= strat.max).double().mean().item(),
+                "saturated": _clamped(x, d, strat),
                 "rel_l2": metrics.rel_l2(back, x.double()),
                 "sqnr": metrics.sqnr(back, x.double()),
             })
@@ -82,9 +91,11 @@ def fallback_sweep(
     """The cost of vLLM's q_scale defect: attention error as Q's range sweeps `q_amaxes`.
 
     K and V get calibrated per-tensor checkpoint scales (amax/448); the checkpoint has no q_scale.
-    For each target amax, Q is rescaled to it (as if a layer's Q and K shared that range, the premise
-    of the k_scale fallback, K is rescaled too) and quantized with the q descale from
-    `resolve_checkpoint_scales` in each mode, plus the ideal per-tensor q descale.
+    For each target amax, Q and K are both rescaled to it (the premise of the k_scale fallback is
+    that a layer's Q and K share a range) and the softmax scale is divided by the same factor
+    squared, so the exact attention is the same at every point and only what FP8 sees moves.
+    Q is quantized with the q descale from `resolve_checkpoint_scales` in each mode, and with
+    the ideal per-tensor descale amax/448.
     Columns: q_amax, mode (ideal / intended / vllm), q_descale, rel_l2 and sqnr of the attention
     output against float64 attention on the unquantized inputs.
     """
@@ -93,10 +104,13 @@ def fallback_sweep(
     rows = []
     e4m3_max = ScaleStrategy().max
     heads_kv = k.shape[2]
+    base_scale = q.shape[-1] ** -0.5
     for target in q_amaxes:
-        qs = q.double() * (target / q.double().abs().max())
-        ks = k.double() * (target / k.double().abs().max())
-        ref = attention_exact(qs, ks, v.double(), causal=causal)
+        cq = target / q.double().abs().max().item()
+        ck = target / k.double().abs().max().item()
+        qs, ks = q.double() * cq, k.double() * ck
+        scale = base_scale / (cq * ck)
+        ref = attention_exact(qs, ks, v.double(), causal=causal, softmax_scale=scale)
         k_scale = ks.abs().max().item() / e4m3_max
         v_scale = v.double().abs().max().item() / e4m3_max
         ckpt = {"k_scale": k_scale, "v_scale": v_scale}
@@ -111,12 +125,12 @@ def fallback_sweep(
         for mode, qscale in choices.items():
             qd = torch.tensor(qscale, dtype=torch.float32)
             q8 = quantize_with_descale(qs, qd)
-            out = attention_exact(q8, k8, v8, causal=causal, q_descale=qd.expand(b, heads_kv), k_descale=kd, v_descale=vd)
+            out = attention_exact(q8, k8, v8, causal=causal, softmax_scale=scale, q_descale=qd.expand(b, heads_kv), k_descale=kd, v_descale=vd)
             rows.append({
                 "q_amax": target,
                 "mode": mode,
                 "q_descale": float(qd),
-                "q_saturated": (q8.float().abs() >= e4m3_max).double().mean().item(),
+                "q_saturated": (qs.abs() / float(qd) > e4m3_max).double().mean().item(),
                 "rel_l2": metrics.rel_l2(out, ref),
                 "sqnr": metrics.sqnr(out, ref),
             })

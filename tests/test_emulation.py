@@ -1,0 +1,227 @@
+"""Invariants of the FA3 FP8 emulation (attention_fa3_fp8) and its helpers."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from fp8lab.formats import cast_to_fp8
+from fp8lab.metrics import rel_l2
+from fp8lab.reference import (
+    AccumulatorModel,
+    FA3Steps,
+    attention_exact,
+    attention_fa3_fp8,
+    attribute_error,
+    fa3_block_n,
+    mma,
+    quantize_qkv,
+)
+
+
+def _qkv(b=2, sq=113, sk=203, hq=4, hkv=2, d=32, seed=0, scale=1.0):
+    gen = torch.Generator().manual_seed(seed)
+    q = torch.randn(b, sq, hq, d, generator=gen) * scale
+    k = torch.randn(b, sk, hkv, d, generator=gen) * scale
+    v = torch.randn(b, sk, hkv, d, generator=gen) * scale
+    return q, k, v
+
+
+def _descales(b, hkv, seed):
+    gen = torch.Generator().manual_seed(seed)
+    return [torch.rand(b, hkv, generator=gen) * 0.02 + 0.003 for _ in range(3)]
+
+
+@pytest.mark.parametrize("causal,window", [(False, (-1, -1)), (True, (-1, -1)), (False, (40, 9)), (True, (25, -1))])
+def test_every_step_exact_is_exact_attention(causal, window):
+    q, k, v = _qkv(seed=1)
+    qd, kd, vd = _descales(2, 2, seed=2)
+    ref = attention_exact(q, k, v, causal=causal, window_size=window, return_lse=True)
+    out = attention_fa3_fp8(q, k, v, qd, kd, vd, causal=causal, window_size=window, block_n=48,
+                            steps=FA3Steps.exact(), return_lse=True)
+    assert out[0].dtype == torch.float64
+    torch.testing.assert_close(out[0], ref[0], rtol=1e-11, atol=1e-12)
+    torch.testing.assert_close(out[1], ref[1], rtol=1e-11, atol=1e-12)
+    # float32 arithmetic alone stays within float32 rounding
+    out32 = attention_fa3_fp8(q, k, v, qd, kd, vd, causal=causal, window_size=window, steps=FA3Steps.only("fp32"))
+    assert out32.dtype == torch.float32
+    assert rel_l2(out32, ref[0]) < 1e-6
+
+
+def test_representable_inputs_at_scale_one_lose_nothing_in_the_casts():
+    q, k, v = (cast_to_fp8(x * 4).float() for x in _qkv(seed=3))
+    exact = attention_fa3_fp8(q, k, v, steps=FA3Steps.exact(), causal=True)
+    cast = attention_fa3_fp8(q, k, v, steps=FA3Steps.only("q", "k", "v"), causal=True)
+    torch.testing.assert_close(cast, exact, rtol=0, atol=0)
+    # and FP8 tensors of the same values give the same again
+    fp8 = attention_fa3_fp8(*(cast_to_fp8(x) for x in (q, k, v)), steps=FA3Steps.exact(), causal=True)
+    torch.testing.assert_close(fp8, exact, rtol=0, atol=0)
+
+
+def test_float_inputs_with_descales_equal_the_quantized_fp8_inputs():
+    q, k, v = _qkv(seed=4, scale=3.0)
+    qq = quantize_qkv(q, k, v, "head")
+    assert not bool((qq.q_descale == 1).all())
+    from_float = attention_fa3_fp8(q, k, v, qq.q_descale, qq.k_descale, qq.v_descale, causal=True)
+    from_fp8 = attention_fa3_fp8(qq.q, qq.k, qq.v, qq.q_descale, qq.k_descale, qq.v_descale, causal=True)
+    assert from_fp8.dtype == torch.bfloat16
+    torch.testing.assert_close(from_float, from_fp8, rtol=0, atol=0)
+
+
+def test_stride0_and_materialized_descales_are_identical():
+    q, k, v = _qkv(seed=5)
+    qq = quantize_qkv(q, k, v, "tensor")
+    assert qq.q_descale.stride() == (0, 0)
+    a = attention_fa3_fp8(qq.q, qq.k, qq.v, qq.q_descale, qq.k_descale, qq.v_descale, return_lse=True)
+    b = attention_fa3_fp8(qq.q, qq.k, qq.v, *(d.contiguous() for d in (qq.q_descale, qq.k_descale, qq.v_descale)),
+                          return_lse=True)
+    torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+def test_fp8_error_is_in_the_measured_range_and_lse_uses_fp32_p():
+    """N(0,1): FA3 measured 0.047-0.054 rel L2 vs exact (facts file); lse comes from the fp32 row sum."""
+    q, k, v = _qkv(b=1, sq=256, sk=256, hq=4, hkv=4, d=64, seed=6)
+    qq = quantize_qkv(q, k, v)
+    out, lse = attention_fa3_fp8(qq.q, qq.k, qq.v, *qq.descales.values(), return_lse=True)
+    exact = attention_exact(q, k, v)
+    assert 0.03 < rel_l2(out, exact) < 0.07
+    _, lse_deq = attention_exact(qq.q, qq.k, qq.v, **qq.descales, return_lse=True)
+    assert float((lse.double() - lse_deq).abs().max()) < 1e-4
+    _, lse_p8 = attention_fa3_fp8(qq.q, qq.k, qq.v, *qq.descales.values(), rowsum_of_fp8_p=True, return_lse=True)
+    assert float((lse_p8.double() - lse_deq).abs().max()) > 1e-3
+
+
+def test_attributed_errors_add_in_quadrature_to_the_total():
+    q, k, v = _qkv(b=1, sq=128, sk=199, hq=4, hkv=2, d=64, seed=7)
+    err = attribute_error(q, k, v, causal=True)
+    assert set(err) >= {"q", "k", "v", "p", "accumulator", "fp32", "output", "total", "quadrature_sum"}
+    for step in ("q", "k", "v", "p"):
+        assert 0 < err[step] < err["total"]
+    assert err["fp32"] < 1e-5
+    assert abs(err["quadrature_sum"] / err["total"] - 1) < 0.15, err
+
+
+def test_max_offset_changes_the_error_not_the_exact_result():
+    """With P in [0, 1] small probabilities fall into e4m3's subnormals; the offset of 8 keeps them normal."""
+    q, k, v = _qkv(b=1, sq=64, sk=1024, hq=4, hkv=4, d=64, seed=8)
+    gen = torch.Generator().manual_seed(80)
+    q, k = (x + torch.randn(x.shape, generator=gen) * 10 * (torch.rand(x.shape, generator=gen) < 0.001) for x in (q, k))
+    exact = attention_exact(q, k, v)
+    ex0 = attention_fa3_fp8(q, k, v, steps=FA3Steps.exact(), max_offset=0)
+    torch.testing.assert_close(ex0, exact, rtol=1e-11, atol=1e-12)
+    e8 = rel_l2(attention_fa3_fp8(q, k, v, steps=FA3Steps.only("p"), max_offset=8), exact)
+    e0 = rel_l2(attention_fa3_fp8(q, k, v, steps=FA3Steps.only("p"), max_offset=0), exact)
+    assert e0 > 1.5 * e8, (e0, e8)
+
+
+def test_block_order_and_size_matter_only_with_fp8_p():
+    q, k, v = _qkv(seed=9)
+    qq = quantize_qkv(q, k, v)
+    d = qq.descales.values()
+    no_p = FA3Steps().without("p", "output")
+    a = attention_fa3_fp8(qq.q, qq.k, qq.v, *d, steps=no_p, block_n=64)
+    b = attention_fa3_fp8(qq.q, qq.k, qq.v, *d, steps=no_p, block_n=96, reverse_blocks=False)
+    assert rel_l2(a, b) < 1e-6
+    c = attention_fa3_fp8(qq.q, qq.k, qq.v, *d, block_n=64)
+    e = attention_fa3_fp8(qq.q, qq.k, qq.v, *d, block_n=64, reverse_blocks=False)
+    assert rel_l2(c, e) > 1e-3
+
+
+def test_varlen_equals_batched_per_sequence():
+    gen = torch.Generator().manual_seed(10)
+    lens_q, lens_k, hq, hkv, d = [17, 64, 1], [33, 64, 90], 4, 1, 32
+    qs = [cast_to_fp8(torch.randn(n, hq, d, generator=gen)) for n in lens_q]
+    ks = [cast_to_fp8(torch.randn(n, hkv, d, generator=gen)) for n in lens_k]
+    vs = [cast_to_fp8(torch.randn(n, hkv, d, generator=gen)) for n in lens_k]
+    qd, kd, vd = _descales(3, hkv, seed=11)
+    cu_q = torch.tensor([0, 17, 81, 82], dtype=torch.int32)
+    cu_k = torch.tensor([0, 33, 97, 187], dtype=torch.int32)
+    out, lse = attention_fa3_fp8(torch.cat(qs), torch.cat(ks), torch.cat(vs), qd, kd, vd, causal=True,
+                                 cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, return_lse=True)
+    for i in range(3):
+        o, l = attention_fa3_fp8(qs[i][None], ks[i][None], vs[i][None], qd[i:i + 1], kd[i:i + 1], vd[i:i + 1],
+                                 causal=True, return_lse=True)
+        sl = slice(int(cu_q[i]), int(cu_q[i + 1]))
+        torch.testing.assert_close(out[sl], o[0], rtol=0, atol=0)
+        torch.testing.assert_close(lse[:, sl], l[0], rtol=0, atol=0)
+
+
+def test_fully_masked_rows_give_zero_and_minus_inf():
+    q, k, v = (cast_to_fp8(x) for x in _qkv(b=1, sq=40, sk=16, seed=12))
+    out, lse = attention_fa3_fp8(q, k, v, causal=True, return_lse=True)
+    assert bool((out[:, :24] == 0).all()) and bool(torch.isneginf(lse[:, :, :24]).all())
+    assert bool(torch.isfinite(out).all())
+
+
+def test_mma_model_bounds_and_limits():
+    gen = torch.Generator().manual_seed(13)
+    a = cast_to_fp8(torch.rand(8, 256, generator=gen) * 200).double()
+    b = cast_to_fp8(torch.randn(256, 16, generator=gen)).double()
+    exact = a @ b
+    # 52 bits kept, rounded: float64 arithmetic
+    torch.testing.assert_close(mma(a, b, None, AccumulatorModel(52, rounding="nearest")), exact, rtol=1e-13, atol=1e-9)
+    m = AccumulatorModel(10)
+    approx = mma(a, b, None, m)
+    bound = (256 // 32) * 2.0 ** -10 * ((a.abs() @ b.abs()))
+    assert bool(((approx - exact).abs() <= bound).all())
+    assert float((approx - exact).abs().max()) > 0
+    # truncation moves every partial sum toward zero
+    pos = mma(a, b.abs(), None, m)
+    assert bool((pos <= a @ b.abs()).all())
+
+
+def test_two_level_accumulation_reduces_long_context_error():
+    q, k, v = _qkv(b=1, sq=16, sk=4096, hq=2, hkv=2, d=32, seed=14)
+    v = v + 1.0
+    qq = quantize_qkv(q, k, v)
+    ref = attention_fa3_fp8(qq.q, qq.k, qq.v, *qq.descales.values())
+    args = (qq.q, qq.k, qq.v, *qq.descales.values())
+    one = rel_l2(attention_fa3_fp8(*args, accumulator=AccumulatorModel(10, apply_to_qk=False)), ref)
+    two = rel_l2(attention_fa3_fp8(*args, accumulator=AccumulatorModel(10, promote_every=128, apply_to_qk=False)), ref)
+    assert two < 0.5 * one, (one, two)
+
+
+def test_fa3_block_n_follows_tile_size_h():
+    assert [fa3_block_n(d) for d in (64, 96, 128, 192, 256)] == [160, 128, 224, 160, 128]
+    assert fa3_block_n(256, local=True) == 64
+    assert fa3_block_n(128, causal=True, fp8=False) == 128 and fa3_block_n(128, fp8=False) == 176
+
+
+@pytest.mark.parametrize(
+    "kwargs,exc,match",
+    [
+        (dict(block_n=0), ValueError, "block_n"),
+        (dict(max_offset=-1.0), ValueError, "max_offset"),
+        (dict(steps="exact"), TypeError, "FA3Steps"),
+        (dict(accumulator=13), TypeError, "AccumulatorModel"),
+        (dict(q_descale=torch.ones(3, 2)), ValueError, r"q_descale: expected shape \(batch, heads_kv\)"),
+        (dict(k_descale=torch.ones(2, 2, dtype=torch.float64)), TypeError, "float32"),
+    ],
+)
+def test_bad_arguments(kwargs, exc, match):
+    q, k, v = (cast_to_fp8(x) for x in _qkv(sq=8, sk=8, seed=15))
+    with pytest.raises(exc, match=match):
+        attention_fa3_fp8(q, k, v, **kwargs)
+
+
+def test_bad_step_names_and_models():
+    with pytest.raises(ValueError, match="unknown step"):
+        FA3Steps.only("softmax")
+    with pytest.raises(ValueError, match="mantissa_bits"):
+        AccumulatorModel(0)
+    with pytest.raises(ValueError, match="promote_every"):
+        AccumulatorModel(13, promote_every=0)
+
+
+@pytest.mark.gpu
+def test_emulation_on_gpu_matches_cpu():
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    q, k, v = _qkv(seed=16)
+    qq = quantize_qkv(q, k, v)
+    cpu = attention_fa3_fp8(qq.q, qq.k, qq.v, *qq.descales.values(), causal=True).float()
+    gpu = attention_fa3_fp8(qq.q.cuda(), qq.k.cuda(), qq.v.cuda(), *(d.cuda() for d in qq.descales.values()),
+                            causal=True).float().cpu()
+    assert rel_l2(gpu, cpu) < 1e-3 and math.isfinite(rel_l2(gpu, cpu))

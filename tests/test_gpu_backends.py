@@ -1,0 +1,259 @@
+"""Every attention provider found on this GPU against the references (marker `gpu`).
+
+Grid (issue 4): bf16 and FP8; head dims 64, 96, 128, 192, 256; GQA ratios 1, 4, 8;
+causal and not; batched (2 x 203) and varlen with lengths 113, 203, 799. FP8
+inputs carry per-(sequence, KV head) descales that differ per head (inputs drawn
+with a random range per head, quantized per head).
+
+Tolerance, FA3's way (Dao-AILab/flash-attention hopper/test_flash_attn.py): the
+provider's max error against exact float64 attention on the same inputs (FP8:
+on the dequantized FP8 inputs) must be at most twice the error of a PyTorch
+reference at kernel precision, plus twice the output dtype's rounding at 0.3:
+- bf16: fp32 scores and softmax, P rounded to bf16 for P @ V, bf16 output;
+- FP8: `fp8lab.reference.attention_fa3_fp8`, FA3's FP8 forward emulated.
+
+Descale layouts (stride 0 from a scalar, contiguous, transposed view) holding the
+same values must give bitwise identical outputs. Scales from vLLM's q_scale
+fallback (q quantized with k's scale) are checked the same way.
+
+Set FP8LAB_GPU_TEST_DEADLINE (unix time) to skip what would start after it, and
+FP8LAB_GPU_TEST_LOG (a path) to append one JSON line of measured errors per case.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import time
+import zlib
+
+import pytest
+import torch
+
+from fp8lab import reference
+from fp8lab.backends import BackendError, attention, gating
+from fp8lab.layout import check_attention_inputs, sequences
+
+pytestmark = pytest.mark.gpu
+# "cpu" lets the suite's logic be dry-run without a GPU (sdpa, reference, Triton interpreter).
+DEVICE = os.environ.get("FP8LAB_GPU_TEST_DEVICE", "cuda")
+
+HEAD_DIMS = (64, 96, 128, 192, 256)
+GQA = (1, 4, 8)
+HEADS_KV = 2
+BATCHED = (2, 203)  # batch, seqlen
+VARLEN = (113, 203, 799)
+# Search order for the run: production FA3 first, our Triton kernel (many compiles) last.
+ORDER = ("vllm-so", "fa3-fwd", "vllm", "flash-attn-3", "vllm-fa2", "flash-attn-2", "sdpa-flash", "sdpa-cudnn", "sdpa",
+         "triton")
+assert set(ORDER) == set(gating.PROVIDERS) - {"reference"}
+
+
+def _deadline() -> None:
+    deadline = float(os.environ.get("FP8LAB_GPU_TEST_DEADLINE", "inf"))
+    if time.time() > deadline:
+        pytest.skip("time budget of this run exhausted (FP8LAB_GPU_TEST_DEADLINE)")
+
+
+def _log(**row: object) -> None:
+    path = os.environ.get("FP8LAB_GPU_TEST_LOG")
+    if path:
+        with open(path, "a") as f:
+            f.write(json.dumps(row) + "\n")
+
+
+def _runnable(provider: str, dtype: str, head_dim: int, lse: bool = False) -> tuple[str, bool]:
+    """The backend string for `provider`, and whether it returns lse; skips with gating's reasons."""
+    from fp8lab.backends import api, providers
+
+    if DEVICE == "cuda" and not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    spec = gating.PROVIDERS[provider]
+    device = api.device_of(torch.empty(0, device=DEVICE))
+    found, detail = providers.probe(provider)
+    if not found:
+        pytest.skip(f"{provider} not found: {detail}")
+    reasons, _ = gating.provider_reasons(spec, device, gating.Request(dtype, head_dim))
+    if reasons:
+        pytest.skip(f"{provider} cannot run {dtype} d={head_dim} here: {'; '.join(reasons)}")
+    return f"{spec.backend}:{provider}", spec.returns_lse
+
+
+# ----------------------------------------------------------------------------- inputs and references
+
+@functools.lru_cache(maxsize=2)
+def _case(dtype: str, head_dim: int, gqa: int, causal: bool, varlen: bool) -> dict:
+    """Inputs of one grid point and both references, computed once for all providers."""
+    g = torch.Generator(device=DEVICE).manual_seed(zlib.crc32(repr((dtype, head_dim, gqa, causal, varlen)).encode()))
+    hq = HEADS_KV * gqa
+    if varlen:
+        total = sum(VARLEN)
+        shapes = ((total, hq, head_dim), (total, HEADS_KV, head_dim), (total, HEADS_KV, head_dim))
+        cu = torch.tensor([0, *torch.tensor(VARLEN).cumsum(0).tolist()], dtype=torch.int32, device=DEVICE)
+        kw = dict(cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=max(VARLEN), max_seqlen_k=max(VARLEN))
+    else:
+        b, s = BATCHED
+        shapes = ((b, s, hq, head_dim), (b, s, HEADS_KV, head_dim), (b, s, HEADS_KV, head_dim))
+        kw = {}
+    # a random range per head so per-head descales differ by up to ~20x
+    xs = [torch.randn(*sh, generator=g, device=DEVICE) * torch.exp(torch.randn(sh[-2], generator=g, device=DEVICE))
+          [:, None] for sh in shapes]
+    if dtype == "bf16":
+        q, k, v = (x.to(torch.bfloat16) for x in xs)
+        descales: dict = {}
+        exact, lse_exact = reference.attention_exact(q, k, v, causal=causal, return_lse=True, **kw)
+        pt, lse_pt = _attention_lowp(q, k, v, causal, kw)
+    else:
+        qq = reference.quantize_qkv(*xs, "head", cu_seqlens_q=kw.get("cu_seqlens_q"), cu_seqlens_k=kw.get("cu_seqlens_k"))
+        q, k, v = qq.q, qq.k, qq.v
+        descales = dict(q_descale=qq.q_descale, k_descale=qq.k_descale, v_descale=qq.v_descale)
+        exact, lse_exact = reference.attention_exact(q, k, v, causal=causal, return_lse=True, **descales, **kw)
+        pt, lse_pt = reference.attention_fa3_fp8(q, k, v, causal=causal, return_lse=True, **descales, **kw)
+    return dict(q=q, k=k, v=v, descales=descales, kw=kw, exact=exact, lse_exact=lse_exact, pt=pt, lse_pt=lse_pt)
+
+
+def _attention_lowp(q, k, v, causal: bool, kw: dict) -> tuple[torch.Tensor, torch.Tensor]:
+    """bf16 attention at kernel precision: fp32 scores/softmax, P in bf16, fp32 P @ V, bf16 out; lse fp32."""
+    shape = check_attention_inputs(q, k, v, **kw)
+    out = torch.zeros(*q.shape[:-1], shape.head_dim_v, dtype=q.dtype, device=q.device)
+    lse_rows = []
+    qs, ks, vs = (q, k, v) if shape.varlen else (q, k, v)
+    for _, iq, ik in sequences(shape):
+        qi, ki, vi = qs[iq], ks[ik], vs[ik]  # (s, h, d)
+        ki = ki.repeat_interleave(shape.group_size, dim=1)
+        vi = vi.repeat_interleave(shape.group_size, dim=1)
+        s = torch.einsum("qhd,khd->hqk", qi.float(), ki.float()) * shape.head_dim ** -0.5
+        if causal:
+            sq, sk = s.shape[1], s.shape[2]
+            keep = torch.ones(sq, sk, dtype=torch.bool, device=q.device).tril(sk - sq)
+            s = s.masked_fill(~keep, float("-inf"))
+        lse = torch.logsumexp(s, dim=-1)  # (h, sq)
+        p = torch.exp(s - lse[..., None]).to(torch.bfloat16)
+        out[iq] = torch.einsum("hqk,khd->qhd", p.float(), vi.float()).to(q.dtype)
+        lse_rows.append(lse)
+    lse = torch.cat(lse_rows, dim=1) if shape.varlen else torch.stack(lse_rows)
+    return out, lse
+
+
+def _bound(case: dict) -> tuple[float, float]:
+    """(allowed max error, the reference's own max error) for a case."""
+    exact, pt = case["exact"], case["pt"]
+    ref_err = (pt.double() - exact).abs().max().item()
+    rounding = ((exact + 0.3 - 0.3).to(torch.bfloat16).double() - exact).abs().max().item()
+    return 2 * ref_err + 2 * rounding, ref_err
+
+
+# ----------------------------------------------------------------------------- the grid
+
+# Grid point outermost, provider innermost: each point's references are computed once (`_case` cache).
+GRID = [
+    (p, dt, d, g, c, vl)
+    for dt in ("bf16", "fp8") for d in HEAD_DIMS for g in GQA for c in (False, True) for vl in (False, True) for p in ORDER
+]
+
+
+@pytest.mark.parametrize("provider, dtype, head_dim, gqa, causal, varlen", GRID,
+                         ids=[f"{p}-{dt}-d{d}-gqa{g}-{'causal' if c else 'full'}-{'varlen' if vl else 'batched'}"
+                              for p, dt, d, g, c, vl in GRID])
+def test_provider_against_references(provider, dtype, head_dim, gqa, causal, varlen):
+    backend, has_lse = _runnable(provider, dtype, head_dim)
+    _deadline()
+    case = _case(dtype, head_dim, gqa, causal, varlen)
+    res = attention(case["q"], case["k"], case["v"], causal=causal, backend=backend, return_lse=has_lse,
+                    **case["descales"], **case["kw"])
+    out, lse = res if has_lse else (res, None)
+    if DEVICE == "cuda":
+        torch.cuda.synchronize()
+    assert out.dtype == torch.bfloat16 and out.shape == case["exact"].shape
+    assert bool(torch.isfinite(out).all())
+    err = (out.double() - case["exact"]).abs().max().item()
+    allowed, ref_err = _bound(case)
+    lse_err = lse_allowed = None
+    if lse is not None:
+        lse_err = (lse.double() - case["lse_exact"].double()).abs().max().item()
+        lse_allowed = 2 * (case["lse_pt"].double() - case["lse_exact"].double()).abs().max().item() + 1e-3
+    _log(test="grid", provider=provider, dtype=dtype, head_dim=head_dim, gqa=gqa, causal=causal, varlen=varlen,
+         err=err, ref_err=ref_err, allowed=allowed, lse_err=lse_err, lse_allowed=lse_allowed)
+    assert err <= allowed, f"max error {err:.3e} > {allowed:.3e} (2 x reference error {ref_err:.3e} + rounding)"
+    if lse is not None:
+        assert lse_err <= lse_allowed, f"lse error {lse_err:.3e} > {lse_allowed:.3e}"
+
+
+# ----------------------------------------------------------------------------- descale layouts
+
+FP8_PROVIDERS = [p for p in ORDER if "fp8" in gating.PROVIDERS[p].dtypes]
+
+
+def _layouts(values: torch.Tensor) -> dict[str, torch.Tensor]:
+    """The same (batch, heads_kv) values as a contiguous tensor, a transposed view and a strided slice."""
+    b, h = values.shape
+    wide = torch.zeros(b, 2 * h, device=values.device)
+    wide[:, ::2] = values
+    return {"contiguous": values.contiguous(), "transposed": values.t().contiguous().t(), "strided": wide[:, ::2]}
+
+
+@pytest.mark.parametrize("provider", FP8_PROVIDERS)
+@pytest.mark.parametrize("varlen", [False, True])
+def test_descale_layouts_agree_bitwise(provider, varlen):
+    backend, _ = _runnable(provider, "fp8", 128)
+    _deadline()
+    case = _case("fp8", 128, 4, True, varlen)
+    q, k, v, kw = case["q"], case["k"], case["v"], case["kw"]
+    per_head = {n: _layouts(d) for n, d in case["descales"].items()}
+    outs = {name: attention(q, k, v, causal=True, backend=backend, **{n: per_head[n][name] for n in per_head}, **kw)
+            for name in ("contiguous", "transposed", "strided")}
+    assert per_head["q_descale"]["transposed"].stride() != per_head["q_descale"]["contiguous"].stride()
+    for name, out in outs.items():
+        assert torch.equal(out, outs["contiguous"]), f"{name} descales give another output than contiguous ones"
+    # one number per tensor: stride 0 from a scalar vs the same number materialized
+    b = case["descales"]["q_descale"].shape[0]
+    scalars = {n: d.max().reshape(()) for n, d in case["descales"].items()}
+    outs = {}
+    for name in ("expand", "contiguous", "transposed"):
+        ds = {}
+        for n, s in scalars.items():
+            e = s.expand(b, HEADS_KV)
+            ds[n] = e if name == "expand" else _layouts(e)[name]
+        outs[name] = attention(q, k, v, causal=True, backend=backend, **ds, **kw)
+    assert ds["q_descale"].stride() == (1, b) and scalars["q_descale"].expand(b, HEADS_KV).stride() == (0, 0)
+    for name, out in outs.items():
+        assert torch.equal(out, outs["expand"]), f"{name} scalar descales differ from stride-0 ones"
+    # and the per-head descales matter: the scalar run is a different (worse-scaled) computation
+    assert not torch.equal(outs["expand"], attention(q, k, v, causal=True, backend=backend, **case["descales"], **kw))
+
+
+@pytest.mark.parametrize("provider", FP8_PROVIDERS)
+def test_q_scale_fallback_scales(provider):
+    """vLLM's missing-q_scale fallback: q quantized with k's per-tensor scale, descales expanded (stride 0)."""
+    from fp8lab.formats import cast_to_fp8
+    from fp8lab.scaling import resolve_checkpoint_scales
+
+    backend, _ = _runnable(provider, "fp8", 128)
+    _deadline()
+    g = torch.Generator(device=DEVICE).manual_seed(4)
+    b, s, hq, d = 2, 203, 8, 128
+    q = torch.randn(b, s, hq, d, generator=g, device=DEVICE) * 3  # q's range exceeds k's: some saturation
+    k = torch.randn(b, s, HEADS_KV, d, generator=g, device=DEVICE)
+    v = torch.randn(b, s, HEADS_KV, d, generator=g, device=DEVICE)
+    scales = resolve_checkpoint_scales({"k_scale": k.abs().max().item() / 448, "v_scale": v.abs().max().item() / 448},
+                                       warn=False)
+    assert scales.q == scales.k and "fallback" in scales.sources["q"]
+    ds = scales.fa3_descales(b, HEADS_KV, device=DEVICE)
+    assert ds["q_descale"].stride() == (0, 0)
+    q8, k8, v8 = (cast_to_fp8(x / sc) for x, sc in ((q, scales.q), (k, scales.k), (v, scales.v)))
+    out = attention(q8, k8, v8, causal=True, backend=backend, **ds)
+    exact = reference.attention_exact(q8, k8, v8, causal=True, **ds)
+    pt = reference.attention_fa3_fp8(q8, k8, v8, causal=True, **ds)
+    err = (out.double() - exact).abs().max().item()
+    allowed, ref_err = _bound({"exact": exact, "pt": pt})
+    _log(test="q_scale_fallback", provider=provider, err=err, ref_err=ref_err, allowed=allowed)
+    assert err <= allowed
+
+
+def test_fp8_into_fa2_on_this_gpu_is_a_clear_error():
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    q = torch.zeros(1, 8, 2, 64, device=DEVICE).to(torch.float8_e4m3fn)
+    with pytest.raises(BackendError, match="FA2 cannot run FP8|not installed|not found"):
+        attention(q, q, q, backend="fa2")

@@ -1,0 +1,68 @@
+"""fp8lab.metrics against hand-computed values and their per-head breakdowns."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from fp8lab.formats import cast_to_fp8
+from fp8lab.metrics import METRICS, cosine, error_table, max_abs, rel_l1, rel_l2, rmse, sqnr
+
+
+def test_values_on_a_small_example():
+    ref = torch.tensor([3.0, -4.0, 0.0, 12.0])
+    x = torch.tensor([3.0, -2.0, 1.0, 12.0])
+    # diff = [0, 2, 1, 0]
+    assert rmse(x, ref) == pytest.approx(math.sqrt(5 / 4))
+    assert rel_l2(x, ref) == pytest.approx(math.sqrt(5) / 13)
+    assert max_abs(x, ref) == 2.0
+    assert rel_l1(x, ref) == pytest.approx(3 / 19)
+    assert cosine(x, ref) == pytest.approx((9 + 8 + 144) / (math.sqrt(158) * 13))
+    assert sqnr(x, ref) == pytest.approx(10 * math.log10(169 / 5))
+
+
+def test_perfect_and_degenerate_cases():
+    ref = torch.randn(5, 7, 3, 4, dtype=torch.float64)
+    assert rmse(ref, ref) == 0 and rel_l2(ref, ref) == 0 and max_abs(ref, ref) == 0
+    assert cosine(ref, ref) == pytest.approx(1.0) and sqnr(ref, ref) == math.inf
+    assert cosine(-ref, ref) == pytest.approx(-1.0)
+
+
+@pytest.mark.parametrize("name", list(METRICS))
+def test_per_head_matches_each_head_alone(name):
+    gen = torch.Generator().manual_seed(0)
+    ref = torch.randn(2, 37, 5, 16, generator=gen, dtype=torch.float64)
+    x = ref + torch.randn(ref.shape, generator=gen, dtype=torch.float64) * torch.linspace(0.01, 0.5, 5)[:, None]
+    fn = METRICS[name]
+    per = fn(x, ref, per_head=True)
+    assert per.shape == (5,) and per.dtype == torch.float64
+    for h in range(5):
+        assert float(per[h]) == pytest.approx(fn(x[:, :, h], ref[:, :, h]), rel=1e-12)
+    # varlen layout (total, heads, dim): the heads axis is -2 there too
+    per_v = fn(x.reshape(-1, 5, 16), ref.reshape(-1, 5, 16), per_head=True)
+    torch.testing.assert_close(per_v, per, rtol=1e-12, atol=0)
+
+
+def test_low_precision_inputs_are_upcast():
+    ref = torch.randn(64, 4, 8, dtype=torch.float64)
+    x = ref.to(torch.bfloat16)
+    assert rel_l2(x, ref) == pytest.approx(rel_l2(x.double(), ref))
+    assert 0 < rel_l2(x, ref) < 2 ** -8
+
+
+def test_error_table_and_bad_input():
+    ref = torch.randn(10, 2, 4)
+    table = error_table(ref * 1.01, ref)
+    assert set(table) == set(METRICS) and table["rel_l2"] == pytest.approx(0.01, rel=1e-5)
+    with pytest.raises(ValueError, match="same shape"):
+        rmse(ref[:5], ref)
+    with pytest.raises(TypeError, match="dequantize FP8"):
+        rmse(cast_to_fp8(ref), ref)
+    with pytest.raises(ValueError, match="empty"):
+        rmse(ref[:0], ref[:0])
+    with pytest.raises(ValueError, match="unknown metric"):
+        error_table(ref, ref, ("psnr",))
+    with pytest.raises(ValueError, match="head_axis"):
+        rmse(ref, ref, per_head=True, head_axis=5)

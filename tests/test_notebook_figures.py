@@ -1,0 +1,37 @@
+"""Assertions on the key figures the notebooks record (at smoke sizes), with tolerances.
+
+Nobody diffs rendered text: each notebook `record()`s what it teaches, and
+these tests check that the lesson still holds.
+"""
+
+import pytest
+
+pytestmark = pytest.mark.notebooks
+
+
+def figures(executed_notebooks, name: str) -> dict:
+    result = executed_notebooks[name]
+    if not result.ok:
+        pytest.fail(f"{name} did not run: {result.error}")
+    return result.figures
+
+
+def test_quickstart(executed_notebooks):
+    f = figures(executed_notebooks, "00_quickstart")
+    assert "reference" in f["providers_found"]
+    assert 0.005 < f["k_per_tensor_rel_l2"] < 2.0**-4
+    assert f["k_max_rel_error_normals"] <= 2.0**-4
+    rel = f["attention_rel_l2"]
+    assert 0.005 < rel["fp8"] < 0.1, "FP8 attention error on N(0,1) should be a few percent"
+    assert rel["bf16"] < rel["fp8"] / 5, "bf16 attention should be far more accurate than FP8"
+
+
+def test_kv_cache(executed_notebooks):
+    f = figures(executed_notebooks, "06_fp8_kv_cache")
+    assert f["tokens_ratio_fp8_vs_bf16"] == pytest.approx(2.0, rel=1e-3)
+    assert f["stride0_equals_materialized"] is True
+    err = f["decode_rel_l2"]
+    for scales in ("checkpoint (amax/448)", "default 1.0", "dynamic (amax/200, /100)"):
+        # FA3's FP8 math adds Q and P quantization on top of the storage error.
+        assert err[f"{scales} | dequantized"] < err[f"{scales} | fa3_fp8"] < 1.0
+    assert err["checkpoint (amax/448) | fa3_fp8"] <= err["dynamic (amax/200, /100) | fa3_fp8"]
