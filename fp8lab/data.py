@@ -21,7 +21,7 @@ from collections.abc import Callable
 
 import torch
 
-__all__ = ["DISTRIBUTIONS", "make_qkv", "sample", "drift_series"]
+__all__ = ["DISTRIBUTIONS", "make_qkv", "sample", "drift_series", "head_factors"]
 
 
 def _normal(shape: tuple[int, ...], gen: torch.Generator) -> torch.Tensor:
@@ -59,12 +59,18 @@ def _sinks(q, k, v, gen, *, n_sinks: int = 1, sink_scale: float = 30.0):
     return q, k, v
 
 
-def _head_ranges(q, k, v, gen, *, head_range_log2: float = 6.0):
-    model = _model_generator()
+def head_factors(heads: int, head_range_log2: float = 6.0) -> torch.Tensor:
+    """float32 (heads,) per-head scale factors, log-spaced over 2^-r .. 2^r in a fixed shuffled order.
 
+    The order is a property of the "model" (the same for every seed); `make_qkv("head_ranges")` uses it.
+    """
+    f = 2.0 ** torch.linspace(-head_range_log2, head_range_log2, heads)
+    return f[torch.randperm(heads, generator=_model_generator())]
+
+
+def _head_ranges(q, k, v, gen, *, head_range_log2: float = 6.0):
     def factors(h: int) -> torch.Tensor:
-        f = 2.0 ** torch.linspace(-head_range_log2, head_range_log2, h)
-        return f[torch.randperm(h, generator=model)][None, None, :, None]
+        return head_factors(h, head_range_log2)[None, None, :, None]
 
     return q * factors(q.shape[2]), k * factors(k.shape[2]), v * factors(v.shape[2])
 

@@ -43,7 +43,6 @@ import torch
 from fp8lab import data, formats, metrics
 from fp8lab.plots import scaling as splots
 from fp8lab.scaling import (
-    CurrentAmax,
     DelayedAmax,
     PerBlock,
     PerChannel,
@@ -161,17 +160,21 @@ display(pd.concat({"best": best, "worst": worst}, axis=1))
 pd.DataFrame({"SQNR spread of the current strategies (dB)": spread})
 
 # %% [markdown]
-# What the tables say (the numbers above are this run's; the pattern holds across seeds):
+# What the tables say (the numbers are this run's):
 #
-# * By whole-tensor SQNR, every *current* strategy lands within a dB or two of the
-#   others on every distribution (the spread table). A float format has the same
+# * By whole-tensor SQNR, the *current* strategies land within about a dB of each other
+#   on `normal`, `fa3_outliers` and `head_ranges` (the spread table). A float format has the same
 #   relative precision across its normal range: a bigger amax moves every value down
 #   the grid, but values keep their 3 mantissa bits until they fall below the smallest
 #   normal (2^-6 · descale) into the subnormals. Finer granularity gains a little
 #   because more groups have their largest values near the top of a binade.
-# * The worst-head SQNR tells the granularity story: on `head_ranges` (heads 2^12 apart)
-#   a per-tensor scale pushes the small heads into the subnormals, while a per-head or
-#   finer scale gives each head the whole range (`head_ranges_worst_head_gain_db`).
+# * The worst-head SQNR shows the granularity story beginning: on `head_ranges` (head
+#   ranges 2^12 apart) the per-tensor scale costs the smallest head some SQNR
+#   (`head_ranges_worst_head_gain_db`) because part of it sits in the subnormals. Only
+#   part: e4m3's normal range spans 2^-6..448, almost 15 binades, so heads 2^12 apart
+#   still mostly fit. Notebook 03 sweeps the spread to find where per-tensor breaks.
+# * `outlier_channels` and `sinks` spread the most between strategies, in favour of
+#   per-token and per-channel scales that isolate the large rows or columns.
 # * Static scales calibrated on another draw are as good as current ones while the data
 #   stays inside the calibrated range; when a new draw exceeds it (the rare sinks and
 #   outliers), it saturates. The percentile scale clips on purpose and loses most on
@@ -278,7 +281,8 @@ record("pow2_cost_db", pow2_table["cost (dB)"].round(3).to_dict())
 pow2_table
 
 # %% [markdown]
-# The cost is a fraction of a dB: the relative precision of e4m3 does not depend on
+# The cost is a fraction of a dB, and on some inputs negative (where the amax happens to
+# fall in its binade decides the last few tenths): the relative precision of e4m3 does not depend on
 # where in the range a value sits, so losing part of the top binade only shows where
 # the largest values carry much of the energy (sinks, outliers) or values fall into
 # the subnormals.

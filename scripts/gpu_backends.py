@@ -5,8 +5,8 @@
 
 Writes into --out: gpu_tests.xml (junit), gpu_tests.csv (one row per test:
 name, outcome, seconds, message), gpu_tests.json (context from fp8lab.env,
-providers found, counts per provider and outcome), gpu_errors.jsonl (measured
-errors per case), doctor.json and pytest.log. --budget (seconds) makes tests
+providers found, counts per provider and outcome), gpu_tests.errors.jsonl (measured
+errors per case), gpu_tests.doctor.json and gpu_tests.log. --budget (seconds) makes tests
 that would start later skip with a reason, so the run always ends with a summary.
 Needs pytest; without it, it says so and exits 3.
 """
@@ -46,7 +46,7 @@ def summarize(xml_path: Path, out: Path) -> dict:
     names = sorted(PROVIDERS, key=len, reverse=True)  # "sdpa-flash" before "sdpa"
     per_provider: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
     for r in rows:
-        params = r["name"].partition("[")[2]
+        params = r["name"].partition("[")[2].rstrip("]")
         provider = next((n for n in names if f"{n}-" in params + "-"), "-")
         per_provider[provider][r["outcome"]] += 1
     return {"total": collections.Counter(r["outcome"] for r in rows), "per_provider": per_provider}
@@ -56,6 +56,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--budget", type=float, default=200.0, help="seconds after which remaining tests skip")
+    ap.add_argument("-k", dest="keyword", help="pytest -k expression (run a subset)")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     try:
@@ -67,19 +68,20 @@ def main() -> int:
     from fp8lab import env
     from fp8lab.backends import doctor, providers
 
-    with open(args.out / "doctor.json", "w") as f:
+    with open(args.out / "gpu_tests.doctor.json", "w") as f:
         json.dump(doctor.report(), f, indent=2, default=str)
     environ = dict(os.environ, FP8LAB_GPU_TEST_DEADLINE=str(time.time() + args.budget),
-                   FP8LAB_GPU_TEST_LOG=str(args.out / "gpu_errors.jsonl"))
-    (args.out / "gpu_errors.jsonl").unlink(missing_ok=True)
+                   FP8LAB_GPU_TEST_LOG=str(args.out / "gpu_tests.errors.jsonl"))
+    (args.out / "gpu_tests.errors.jsonl").unlink(missing_ok=True)
     t0 = time.time()
-    with open(args.out / "pytest.log", "w") as log:
+    with open(args.out / "gpu_tests.log", "w") as log:
         rc = subprocess.call([sys.executable, "-m", "pytest", "-q", "-rfE", "-p", "no:cacheprovider",
-                              str(ROOT / "tests" / "test_gpu_backends.py"), f"--junitxml={args.out / 'gpu_tests.xml'}"],
+                              str(ROOT / "tests" / "test_gpu_backends.py"), f"--junitxml={args.out / 'gpu_tests.xml'}",
+                              *(["-k", args.keyword] if args.keyword else [])],
                              cwd=ROOT, env=environ, stdout=log, stderr=subprocess.STDOUT)
     wall = time.time() - t0
     summary = summarize(args.out / "gpu_tests.xml", args.out)
-    ctx = env.context(suite="tests/test_gpu_backends.py", pytest_exit_code=rc, wall_seconds=round(wall, 1),
+    ctx = env.context(suite="tests/test_gpu_backends.py", keyword=args.keyword, pytest_exit_code=rc, wall_seconds=round(wall, 1),
                       budget_seconds=args.budget)
     probes = {n: {"found": ok, "detail": d} for n, (ok, d) in providers.probe_all().items()}
     with open(args.out / "gpu_tests.json", "w") as f:

@@ -11,7 +11,6 @@ import torch
 from fp8lab import formats
 from fp8lab.layout import check_descale
 from fp8lab.scaling import (
-    CurrentAmax,
     DelayedAmax,
     PerBlock,
     PerChannel,
@@ -449,12 +448,12 @@ def test_checkpoint_full_and_kv_scale():
 
 def test_checkpoint_missing_kv_defaults_to_one_with_warning():
     with pytest.warns(ScaleFallbackWarning, match="k/v"):
-        r = resolve_checkpoint_scales({"q_scale": 0.1})
+        r = resolve_checkpoint_scales({"q_scale": 0.1, "prob_scale": 0.5})
     assert (r.k, r.v) == (1.0, 1.0) and r.sources["k"] == "default 1.0"
 
 
 def test_q_scale_fallback_and_vllm_defect():
-    scales = {"k_scale": 0.0123, "v_scale": 0.005}
+    scales = {"k_scale": 0.0123, "v_scale": 0.005, "prob_scale": 0.5}
     with pytest.warns(ScaleFallbackWarning, match="k_scale"):
         intended = resolve_checkpoint_scales(scales)
     with pytest.warns(ScaleFallbackWarning, match="overwrites|1.0"):
@@ -505,3 +504,53 @@ def test_checkpoint_bad_and_ambiguous_scales():
     assert r.v == 0.1
     with pytest.raises(ValueError, match="emulate"):
         resolve_checkpoint_scales({}, emulate="trtllm")
+
+
+# --------------------------------------------------------------------------- experiments behind the notebooks
+
+
+def test_compare_strategies_and_delayed_trace():
+    from fp8lab.scaling.experiments import compare_strategies, delayed_trace
+
+    x = randn(1, 64, 4, 16, seed=100) * torch.tensor([2.0**-12, 1.0, 2.0**4, 2.0**8])[None, None, :, None]
+    table = compare_strategies({"x": x}, {"tensor": ScaleStrategy(), "head": ScaleStrategy(PerHead())})
+    assert set(table.columns) >= {"tensor", "strategy", "rmse", "rel_l2", "cosine", "sqnr", "sqnr_worst_head"}
+    by = table.set_index("strategy")
+    # a 2^20 spread of head ranges: the per-tensor scale flushes the smallest head, per-head does not
+    assert by.loc["head", "sqnr_worst_head"] > 25 and by.loc["tensor", "sqnr_worst_head"] < 5
+    series = [randn(1, 16, 2, 8, seed=101 + t) * s for t, s in enumerate((1.0, 1.0, 16.0, 16.0))]
+    trace = delayed_trace(series, {"delayed": ScaleStrategy(source=DelayedAmax(history_len=2, algo="most_recent", initial_descale=0.001))})
+    sat = trace["saturated"].tolist()
+    # most of the tensor clamps where the range jumped; one step later only the few values above
+    # the previous draw's amax do
+    assert sat[0] > 0.5 and sat[2] > 0.5 and sat[1] < 0.05 and sat[3] < 0.05
+
+
+def test_fallback_sweep_shows_the_defect():
+    from fp8lab.scaling.experiments import fallback_sweep
+
+    q, k, v = randn(1, 48, 4, 32, seed=110), randn(1, 48, 2, 32, seed=111), randn(1, 48, 2, 32, seed=112)
+    df = fallback_sweep(q, k, v, [1e-3, 10.0, 1e4], causal=True).set_index(["q_amax", "mode"])
+    for a in (1e-3, 10.0, 1e4):
+        assert df.loc[(a, "intended"), "rel_l2"] == pytest.approx(df.loc[(a, "ideal"), "rel_l2"], rel=1e-6)
+    assert df.loc[(10.0, "vllm"), "rel_l2"] < 1.5 * df.loc[(10.0, "intended"), "rel_l2"]
+    assert df.loc[(1e-3, "vllm"), "rel_l2"] > 5 * df.loc[(1e-3, "intended"), "rel_l2"]
+    assert df.loc[(1e4, "vllm"), "rel_l2"] > 5 * df.loc[(1e4, "intended"), "rel_l2"]
+    assert df.loc[(1e4, "vllm"), "q_saturated"] > 0.5
+
+
+def test_plots_draw():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from fp8lab.plots import scaling as splots
+    from fp8lab.scaling.experiments import compare_strategies
+
+    table = compare_strategies({"a": randn(1, 8, 2, 8), "b": randn(1, 8, 2, 8, seed=1)}, {"t": ScaleStrategy(), "h": ScaleStrategy(PerHead())})
+    for ax in (splots.plot_strategy_heatmap(table, "sqnr"), splots.plot_gqa_mapping(8, 2, list(range(1, 9)))):
+        assert ax.get_xlabel() and ax.get_ylabel()
+    with pytest.raises(ValueError, match="multiple"):
+        splots.plot_gqa_mapping(6, 4)
+    plt.close("all")

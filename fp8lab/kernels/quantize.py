@@ -50,6 +50,18 @@ def _to_e4m3(y, ROUND_IN_FP32: tl.constexpr):
 
 
 @triton.jit
+def _divide(x, d, r, EXACT_DIV: tl.constexpr):
+    """x / d correctly rounded. EXACT_DIV: IEEE division per element (slow, used under the
+    interpreter). Else Markstein's correction: with r = RN(1/d) computed once per scale,
+    q = x * r is within an ulp, fma(-q, d, x) is its exact residual, and q + residual * r
+    rounds to RN(x / d): two FMAs instead of a division sequence per element."""
+    if EXACT_DIV:
+        return tl.math.div_rn(x, d)
+    q = x * r
+    return tl.fma(tl.fma(-q, d, x), r, q)
+
+
+@triton.jit
 def _tile(pid_t, b, CU, seqlen_batched, stride_b, stride_s, stride_h,
           BLOCK_T: tl.constexpr, H_PAD: tl.constexpr, H: tl.constexpr, D_PAD: tl.constexpr, D: tl.constexpr,
           VARLEN: tl.constexpr):
@@ -98,10 +110,11 @@ def _scale_cast_kernel(X, Y, DESCALE, CU, group, seqlen, stride_b, stride_s, str
     x = tl.load(X + offs, mask=mask, other=0.0).to(tl.float32)
     offs_h = tl.arange(0, H_PAD)
     d = tl.load(DESCALE + b * stride_db + (offs_h // group) * stride_dh, mask=offs_h < H, other=1.0)
+    r = tl.math.div_rn(tl.full(d.shape, 1.0, tl.float32), d)  # one reciprocal per head
     if STATIC:  # vLLM's scaled_fp8_quant: multiply by the reciprocal
-        y = x * tl.math.div_rn(1.0, d)[None, :, None]
+        y = x * r[None, :, None]
     else:
-        y = tl.math.div_rn(x, tl.broadcast_to(d[None, :, None], x.shape))
+        y = _divide(x, d[None, :, None], r[None, :, None], ROUND_IN_FP32)
     tl.store(Y + y_offs, _to_e4m3(y, ROUND_IN_FP32), mask=mask)
 
 
@@ -118,7 +131,8 @@ def _per_token_kernel(X, Y, DESCALE, CU, seqlen, stride_b, stride_s, stride_h,
     x = tl.load(X + offs, mask=mask, other=0.0).to(tl.float32)
     amax = tl.max(tl.abs(x), 2)  # (BLOCK_T, H_PAD)
     d = tl.where(amax > 0, tl.math.div_rn(amax, tl.full(amax.shape, 448.0, tl.float32)), 1.0)
-    y = tl.math.div_rn(x, tl.broadcast_to(d[:, :, None], x.shape))
+    r = tl.math.div_rn(tl.full(d.shape, 1.0, tl.float32), d)  # one reciprocal per row
+    y = _divide(x, d[:, :, None], r[:, :, None], ROUND_IN_FP32)
     tl.store(Y + y_offs, _to_e4m3(y, ROUND_IN_FP32), mask=mask)
     tl.store(DESCALE + d_offs, d[:, :, None], mask=row_mask)
 
@@ -154,16 +168,22 @@ def _heads_kv(heads: int, heads_kv: int | None) -> int:
     return hk
 
 
-def _block_t(heads: int, d: int) -> int:
-    """Tokens per program: about 8k values (16 KB of bf16) on a GPU, 16 tokens in the interpreter."""
+# Values per program on a GPU (scripts/gpu_bench.py sweeps them; docs/kernel-notes.md v3):
+TILE_ELEMENTS = 8192  # static / per-head / per-tensor: 16 KB of bf16 per program
+TILE_ELEMENTS_PER_TOKEN = 4096  # per-token keeps a row max per (token, head): smaller tiles won
+
+
+def _block_t(heads: int, d: int, elements: int | None = None) -> int:
+    """Tokens per program: about `elements` values on a GPU, 16 tokens in the interpreter."""
     if triton_interpret():
         return 16
-    return max(1, triton.next_power_of_2(max(1, 8192 // (triton.next_power_of_2(heads) * triton.next_power_of_2(d)))))
+    per_token = triton.next_power_of_2(heads) * triton.next_power_of_2(d)
+    return max(1, triton.next_power_of_2(max(1, (elements or TILE_ELEMENTS) // per_token)))
 
 
-def _launch_sizes(x, heads, d, seqlen, batch):
+def _launch_sizes(x, heads, d, seqlen, batch, elements=None):
     h_pad, d_pad = triton.next_power_of_2(max(heads, 1)), triton.next_power_of_2(max(d, 1))
-    bt = _block_t(heads, d)
+    bt = _block_t(heads, d, elements)
     return dict(BLOCK_T=bt, H_PAD=h_pad, H=heads, D_PAD=d_pad, D=d), (triton.cdiv(max(seqlen, 1), bt), batch)
 
 
@@ -196,6 +216,7 @@ def quantize_fp8(
     sizes, grid = _launch_sizes(x, heads, d, seqlen, batch)
     varlen = cu_seqlens is not None
     if granularity == "token":
+        sizes, grid = _launch_sizes(x, heads, d, seqlen, batch, TILE_ELEMENTS_PER_TOKEN)
         descale = torch.empty(x.shape[:-1], dtype=torch.float32, device=x.device)
         d_strides = (0,) + descale.stride() if varlen else descale.stride()
         if x.numel():

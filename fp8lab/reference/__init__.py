@@ -9,12 +9,13 @@
 
 from fp8lab.reference.attribution import ATTRIBUTION_STEPS, attribute_error
 from fp8lab.reference.exact import attention_exact
-from fp8lab.reference.fa3 import STEP_NAMES, AccumulatorModel, FA3Steps, attention_fa3_fp8, fa3_block_n, mma
-from fp8lab.reference.inputs import QuantizedQKV, fp8_descale, quantize_qkv
+from fp8lab.reference.fa3 import HOPPER_FP8_MMA, STEP_NAMES, AccumulatorModel, FA3Steps, attention_fa3_fp8, fa3_block_n, mma
+from fp8lab.reference.inputs import QuantizedQKV, quantize_qkv
 from fp8lab.reference.masks import normalize_window, visible
 
 __all__ = [
     "ATTRIBUTION_STEPS",
+    "HOPPER_FP8_MMA",
     "AccumulatorModel",
     "FA3Steps",
     "QuantizedQKV",
@@ -23,7 +24,6 @@ __all__ = [
     "attention_fa3_fp8",
     "attribute_error",
     "fa3_block_n",
-    "fp8_descale",
     "mma",
     "normalize_window",
     "quantize_qkv",

@@ -18,7 +18,7 @@ from fp8lab.data import make_qkv
 from fp8lab.metrics import rel_l2, rmse
 from fp8lab.reference.attribution import attribute_error
 from fp8lab.reference.exact import attention_exact
-from fp8lab.reference.fa3 import AccumulatorModel, FA3Steps, attention_fa3_fp8, fa3_block_n
+from fp8lab.reference.fa3 import HOPPER_FP8_MMA, AccumulatorModel, FA3Steps, attention_fa3_fp8, fa3_block_n
 from fp8lab.reference.inputs import quantize_qkv
 
 __all__ = [
@@ -26,6 +26,7 @@ __all__ = [
     "attribution_table",
     "fidelity_table",
     "load_fidelity",
+    "long_context_record",
     "long_context_table",
     "max_offset_table",
     "scaling_table",
@@ -168,7 +169,7 @@ def scaling_table(dists: tuple[str, ...], *, seqlen: int, heads: int, head_dim: 
 
 
 def long_context_table(seqlens: tuple[int, ...], *, queries: int = 16, heads: int = 2, head_dim: int = 128,
-                       mantissa_bits: int = 13, v_offset: float = 1.0, seed: int = 0,
+                       mantissa_bits: int = HOPPER_FP8_MMA.mantissa_bits, v_offset: float = 1.0, seed: int = 0,
                        device: str | torch.device = "cpu") -> pd.DataFrame:
     """rel L2 vs exact against the number of keys: fp32 accumulation, the FP8 MMA accumulator model,
     and two-level accumulation flushed every key block (vLLM).
@@ -179,8 +180,8 @@ def long_context_table(seqlens: tuple[int, ...], *, queries: int = 16, heads: in
     rows = []
     bn = fa3_block_n(head_dim)
     models = {"fp32 accumulate": None,
-              f"FP8 MMA accumulator ({mantissa_bits} bits)": AccumulatorModel(mantissa_bits, apply_to_qk=False),
-              "two-level (flush every block)": AccumulatorModel(mantissa_bits, promote_every=bn, apply_to_qk=False)}
+              f"FP8 MMA, {mantissa_bits} bits (upstream FA3)": AccumulatorModel(mantissa_bits, apply_to_qk=False),
+              "two-level, flush every block (vLLM)": AccumulatorModel(mantissa_bits, promote_every=bn, apply_to_qk=False)}
     for sk in tqdm(seqlens, desc="long context", leave=False):
         q, k, v = _inputs("normal", seqlen=queries, seqlen_k=sk, heads=heads, head_dim=head_dim, seed=seed,
                           device=device)
@@ -198,25 +199,60 @@ def load_fidelity(path: str | Path) -> dict:
     return json.loads(Path(path).read_text())
 
 
-def fidelity_table(record: dict, variant: str = "default") -> pd.DataFrame:
+def _variant_for(provider: str, case: dict, variants: dict, model: str) -> str | None:
+    """The emulation variant that models `provider`.
+
+    model="plain": fp32 accumulation with the provider's block size (vLLM's differs).
+    model="hopper": plus the measured FP8 MMA accumulator (two-level for vLLM).
+    """
+    vllm = provider.startswith("vllm")
+    if model == "hopper":
+        names = ("acc_m13_promote_block_vllm_bn", "acc_m13_promote_block") if vllm else ("acc_m13",)
+    elif model == "plain":
+        bn = fa3_block_n(case["head_dim"], causal=case["causal"], flavor="vllm")
+        names = ("vllm_block_n", f"block_n={bn}", "default") if vllm else ("default",)
+    else:
+        raise ValueError(f"model: expected 'plain' or 'hopper', got {model!r}")
+    return next((n for n in names if n in variants), None)
+
+
+def fidelity_table(record: dict, model: str = "plain") -> pd.DataFrame:
     """One row per (provider, case): FA3's error vs exact, and the emulation's distance to FA3.
 
-    ratio = rel_l2(emulation, FA3) / rel_l2(FA3, exact) (target < 0.1); best_variant is
-    the emulation variant with the smallest ratio for that case.
+    ratio = rel_l2(emulation, FA3) / rel_l2(FA3, exact) (target < 0.1), for the emulation
+    variant that models the provider (`model`: "plain" or "hopper", see `_variant_for`);
+    best_variant is the variant with the smallest ratio among all that were swept.
     """
     rows = []
     for c in record.get("cases", []):
         for prov, r in c.get("providers", {}).items():
-            if "variants" not in r or variant not in r["variants"]:
+            variant = _variant_for(prov, c, r.get("variants", {}), model)
+            if variant is None:
                 continue
             best_name, best = min(r["variants"].items(), key=lambda kv: kv[1]["ratio"])
             rows.append({
                 "provider": prov, "dist": c["dist"], "head_dim": c["head_dim"], "causal": c["causal"],
                 "heads": f"{c['heads_q']}/{c['heads_kv']}", "seqlen_q/k": f"{c['seqlen_q']}/{c['seqlen_k']}",
                 "fa3_err_vs_exact": r["err_vs_exact"], "fa3_err_vs_exact_deq": r["err_vs_exact_deq"],
-                "emu_vs_fa3": r["variants"][variant]["rel_l2_vs_provider"],
+                "variant": variant, "emu_vs_fa3": r["variants"][variant]["rel_l2_vs_provider"],
                 "ratio": r["variants"][variant]["ratio"],
                 "bitwise_equal": r["variants"][variant]["bitwise_equal_fraction"],
                 "best_variant": best_name, "best_ratio": best["ratio"],
             })
     return pd.DataFrame(rows)
+
+
+def long_context_record(record: dict) -> pd.DataFrame:
+    """Long-context rows of a fidelity record: rel L2 vs exact for each provider and emulation variant."""
+    rows = []
+    cases = record.get("long_context", []) + record.get("accumulator_study", {}).get("long_context", [])
+    for c in cases:
+        for prov, r in c.get("providers", {}).items():
+            if "err_vs_exact" in r:
+                rows.append({"dist": c["dist"], "seqlen_k": c["seqlen_k"], "who": prov, "rel_l2": r["err_vs_exact"]})
+        for name, e in c.get("emulation", {}).items():
+            rows.append({"dist": c["dist"], "seqlen_k": c["seqlen_k"], "who": f"emulation {name}",
+                         "rel_l2": e["err_vs_exact"]})
+    if not rows:
+        return pd.DataFrame()
+    return pd.DataFrame(rows).pivot_table(index=["dist", "who"], columns="seqlen_k", values="rel_l2", aggfunc="last")

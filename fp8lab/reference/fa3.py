@@ -34,7 +34,7 @@ from fp8lab.layout import sequences
 from fp8lab.reference.exact import check_softmax_scale, group_rows, query_chunk, shape_of, ungroup_rows
 from fp8lab.reference.masks import key_range, normalize_window, visible
 
-__all__ = ["AccumulatorModel", "FA3Steps", "attention_fa3_fp8", "fa3_block_n", "mma"]
+__all__ = ["HOPPER_FP8_MMA", "AccumulatorModel", "FA3Steps", "attention_fa3_fp8", "fa3_block_n", "mma"]
 
 LOG2E = 1.4426950408889634  # M_LOG2E, FA3 folds it into the softmax scale to use exp2
 LN2 = 0.6931471805599453  # M_LN2, turns the exp2-domain max back into a natural-log lse
@@ -133,6 +133,13 @@ def _quantum(ref: torch.Tensor, bits: int) -> torch.Tensor:
     """2^(e - bits) where 2^e is the leading bit of ref (ref > 0), float64."""
     _, e = torch.frexp(ref)  # ref = mant * 2^e, mant in [0.5, 1): leading bit 2^(e-1)
     return torch.ldexp(torch.ones_like(ref), (e - 1 - bits).to(torch.float64))
+
+
+# Hopper's FP8 MMA as measured on an H200 (results/h200/fidelity.json, accumulator_study):
+# per-product alignment, 13 bits kept below the leading bit, cut toward zero. Upstream FA3
+# (fa3-fwd) accumulates O in it across all key blocks; vLLM's library flushes it into an fp32
+# O every key block: AccumulatorModel(13, promote_every=fa3_block_n(d, flavor="vllm")).
+HOPPER_FP8_MMA = AccumulatorModel(13)
 
 
 def mma(a: torch.Tensor, b: torch.Tensor, acc: torch.Tensor | None, model: AccumulatorModel) -> torch.Tensor:
@@ -353,7 +360,8 @@ def attention_fa3_fp8(
     reverse_blocks: visit the last key block first, as FA3 does.
     max_offset: FA3's Max_offset (8 for FP8: P in [0, 2^8]); 0 gives P in [0, 1].
     steps: which steps are emulated (`FA3Steps`); accumulator: None = exact fp32
-    accumulation, or an `AccumulatorModel`.
+    accumulation, or an `AccumulatorModel` (`HOPPER_FP8_MMA` matches an H200 bit for bit
+    on most outputs; add promote_every=block_n for vLLM's two-level accumulation).
     rowsum_of_fp8_p: sum P after the e4m3 cast (FA3 sums the fp32 P: False).
 
     Returns out in q's layout (bf16 with steps.output, else float32 with

@@ -1,8 +1,9 @@
 """Float Q, K, V to FP8 with FA3's `(batch, heads_kv)` descales, for the emulation and the notebooks.
 
-The descale of a (sequence, KV head) is amax / 448 over that head's tokens
-(for Q, over every query head of the GQA group, since FA3 indexes Q's descale
-by KV head), or one amax over the whole tensor with granularity="tensor".
+A thin layer over `fp8lab.scaling.quantize_for_fa3`: amax / 448 per (sequence, KV
+head) - for Q over every query head of the GQA group, since FA3 indexes Q's
+descale by KV head - or one amax for the whole tensor (an expand()ed, stride-0
+descale). Varlen inputs get one descale per sequence, as FA3 indexes them.
 """
 
 from __future__ import annotations
@@ -11,12 +12,11 @@ from dataclasses import dataclass
 
 import torch
 
-from fp8lab.formats import cast_to_fp8, get_format
-from fp8lab.layout import check_attention_inputs
+from fp8lab.layout import check_attention_inputs, sequences
+from fp8lab.scaling import PerHead, PerTensor, ScaleStrategy, quantize_for_fa3
 
-__all__ = ["QuantizedQKV", "fp8_descale", "quantize_qkv"]
+__all__ = ["GRANULARITIES", "QuantizedQKV", "quantize_qkv"]
 
-_E4M3_MAX = get_format("e4m3fn").max
 GRANULARITIES = ("head", "tensor")
 
 
@@ -36,45 +36,6 @@ class QuantizedQKV:
         return {"q_descale": self.q_descale, "k_descale": self.k_descale, "v_descale": self.v_descale}
 
 
-def fp8_descale(
-    x: torch.Tensor,
-    heads_kv: int,
-    granularity: str = "head",
-    *,
-    cu_seqlens: torch.Tensor | None = None,
-    margin: float = 1.0,
-) -> torch.Tensor:
-    """float32 (batch, heads_kv) descales amax / (448 / margin) for `x` in FA3 layout.
-
-    x: (batch, seqlen, heads, dim), or (total, heads, dim) with `cu_seqlens`.
-    granularity: "head" (one per sequence and KV head) or "tensor" (one for all, expanded, stride 0).
-    An all-zero slice gets descale 1 (anything works for zeros).
-    """
-    if granularity not in GRANULARITIES:
-        raise ValueError(f"granularity: expected one of {GRANULARITIES}, got {granularity!r}")
-    if not margin > 0:
-        raise ValueError(f"margin: expected > 0, got {margin}")
-    a = x.detach().abs().to(torch.float32)
-    if cu_seqlens is None:
-        if a.dim() != 4:
-            raise ValueError(f"x: expected (batch, seqlen, heads, dim) without cu_seqlens, got shape {tuple(a.shape)}")
-        b, _, h, _ = a.shape
-        amax = a.reshape(b, a.shape[1], heads_kv, h // heads_kv, -1).amax(dim=(1, 3, 4))
-    else:
-        bounds = cu_seqlens.tolist()
-        h = a.shape[1]
-        amax = torch.stack(
-            [a[s:e].reshape(e - s, heads_kv, -1).amax(dim=(0, 2)) if e > s else a.new_zeros(heads_kv)
-             for s, e in zip(bounds[:-1], bounds[1:])]
-        )
-    shape = amax.shape
-    if granularity == "tensor":
-        amax = amax.amax()
-    descale = amax * (margin / _E4M3_MAX)
-    descale = torch.where(descale > 0, descale, torch.ones_like(descale))
-    return descale.expand(shape) if granularity == "tensor" else descale
-
-
 def quantize_qkv(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -84,26 +45,27 @@ def quantize_qkv(
     cu_seqlens_q: torch.Tensor | None = None,
     cu_seqlens_k: torch.Tensor | None = None,
 ) -> QuantizedQKV:
-    """Cast float q, k, v to e4m3fn (RNE, saturating) with amax-based descales (see module doc).
+    """Cast float q, k, v to e4m3fn (RNE, saturating) with amax / 448 descales (see the module doc).
 
-    Layouts as FA3 (batched, or varlen with cu_seqlens). Returns `QuantizedQKV`.
+    Layouts as FA3 (batched, or varlen with cu_seqlens); granularity "head" or "tensor".
+    Returns `QuantizedQKV` with float32 (batch, heads_kv) descales.
     """
+    if granularity not in GRANULARITIES:
+        raise ValueError(f"granularity: expected one of {GRANULARITIES}, got {granularity!r}")
     shape = check_attention_inputs(q, k, v, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k)
     if shape.fp8:
         raise TypeError("quantize_qkv: q, k, v are already float8_e4m3fn; pass float tensors")
-    out = {}
-    for name, x, cu in (("q", q, cu_seqlens_q), ("k", k, cu_seqlens_k), ("v", v, cu_seqlens_k)):
-        d = fp8_descale(x, shape.heads_kv, granularity, cu_seqlens=cu)
-        out[name] = (_cast(x, d, shape, cu is not None, name == "q"), d)
-    return QuantizedQKV(out["q"][0], out["k"][0], out["v"][0], out["q"][1], out["k"][1], out["v"][1])
-
-
-def _cast(x: torch.Tensor, descale: torch.Tensor, shape, varlen: bool, is_q: bool) -> torch.Tensor:
-    """cast_to_fp8(x / descale), dividing in float32 as production quantizers do, per (sequence, KV head)."""
-    g = shape.group_size if is_q else 1
-    per_head = descale.to(torch.float32).repeat_interleave(g, dim=1)  # (batch, heads)
-    if not varlen:
-        return cast_to_fp8(x.to(torch.float32) / per_head[:, None, :, None])
-    lengths = torch.tensor(shape.seqlens_q if is_q else shape.seqlens_k, device=x.device)
-    per_token = per_head.repeat_interleave(lengths, dim=0)  # (total, heads)
-    return cast_to_fp8(x.to(torch.float32) / per_token[:, :, None])
+    hk = shape.heads_kv
+    strategy = ScaleStrategy(PerHead(heads_kv=hk) if granularity == "head" else PerTensor())
+    if not shape.varlen:
+        (q8, qd), (k8, kd), (v8, vd) = (quantize_for_fa3(x, strategy, hk, name=n) for n, x in (("q", q), ("k", k), ("v", v)))
+        return QuantizedQKV(q8, k8, v8, qd, kd, vd)
+    if granularity == "tensor":  # one amax over all sequences: quantize the token tensors whole
+        (q8, qd), (k8, kd), (v8, vd) = (quantize_for_fa3(x[None], strategy, hk, name=n) for n, x in (("q", q), ("k", k), ("v", v)))
+        return QuantizedQKV(q8[0], k8[0], v8[0], *(d[:1].expand(shape.batch, hk) for d in (qd, kd, vd)))
+    parts: dict[str, list] = {n: [] for n in ("q", "k", "v")}
+    for _, iq, ik in sequences(shape):
+        for n, x, idx in (("q", q, iq), ("k", k, ik), ("v", v, ik)):
+            parts[n].append(quantize_for_fa3(x[idx][None], strategy, hk, name=n))
+    cat = {n: (torch.cat([p[0][0] for p in ps]), torch.cat([p[1] for p in ps])) for n, ps in parts.items()}
+    return QuantizedQKV(cat["q"][0], cat["k"][0], cat["v"][0], cat["q"][1], cat["k"][1], cat["v"][1])

@@ -1,0 +1,360 @@
+# %% [markdown]
+# # 03 · Per-head scales, descale strides, GQA and the q_scale fallback
+#
+# FlashAttention-3 takes one float32 descale per (sequence, KV head) for each of Q, K
+# and V: a `(batch, heads_kv)` tensor. This notebook looks at that tensor from four sides.
+#
+# **You will learn**
+# 1. when per-head scales beat one per-tensor scale, measured on attention itself;
+# 2. what `expand()` does to a descale's strides and memory, and why FA3 accepts it
+#    (its C++ API checks the shape and hands `stride(0)`/`stride(1)` to the kernel);
+# 3. how GQA maps query heads onto KV-head descales, and what Q's shared scale costs;
+# 4. what it costs to squeeze per-token scales into FA3's layout;
+# 5. how vLLM resolves missing checkpoint scales, the q_scale → k_scale fallback, and
+#    what its defect (the fallback overwritten with 1.0) costs in accuracy.
+
+# %% tags=["parameters"]
+smoke: bool = False  # small sizes for CI
+batch: int = 2  # sequences
+seqlen: int = 1024  # tokens per sequence (queries and keys)
+heads_q: int = 16  # query heads
+heads_kv: int = 4  # KV heads (GQA groups of heads_q // heads_kv)
+head_dim: int = 128  # channels per head
+spreads_log2: tuple = (0, 4, 8, 12, 16, 20)  # head-range spreads to sweep: heads span 2^-s/2 .. 2^s/2
+seed: int = 0
+
+# %% [markdown]
+# Set-up (safe to skip).
+
+# %%
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+import seaborn as sns
+import torch
+from IPython.display import display
+
+from fp8lab import data, formats, metrics
+from fp8lab.plots import scaling as splots
+from fp8lab.reference import attention_exact
+from fp8lab.scaling import (
+    PerHead,
+    PerTensor,
+    PerToken,
+    ScaleStrategy,
+    compute_amax,
+    dequantize,
+    descale_from_heads,
+    descale_from_scalar,
+    descale_from_tokens,
+    quantize,
+    quantize_for_fa3,
+    resolve_checkpoint_scales,
+)
+from fp8lab.scaling.experiments import fallback_sweep
+
+
+def record(name, value):
+    from fp8lab.notebooks import record as _record  # lazy: the notebook runner collects these
+
+    return _record(name, value)
+
+
+if smoke:
+    batch, seqlen, heads_q, heads_kv, head_dim, spreads_log2 = 2, 96, 8, 2, 64, (0, 8, 16, 24)
+sns.set_theme(style="whitegrid")
+E4M3 = formats.get_format("e4m3fn")
+
+
+def fp8_attention_error(q, k, v, strategy_q, strategy_kv, *, causal=True):
+    """Relative L2 error (whole output and worst query head) of exact attention on FP8 inputs."""
+    ref = attention_exact(q, k, v, causal=causal)
+    q8, qd = quantize_for_fa3(q, strategy_q, heads_kv)
+    k8, kd = quantize_for_fa3(k, strategy_kv, heads_kv)
+    v8, vd = quantize_for_fa3(v, strategy_kv, heads_kv)
+    out = attention_exact(q8, k8, v8, causal=causal, q_descale=qd, k_descale=kd, v_descale=vd)
+    return metrics.rel_l2(out, ref), float(metrics.rel_l2(out, ref, per_head=True).max())
+
+
+# %% [markdown]
+# ## 1. Per-head against per-tensor scales
+#
+# Take N(0,1) inputs and give each KV head its own range: K and V of head `j` are
+# multiplied by `f_j`, and the query heads that read it by `1 / f_j`
+# (`data.head_factors`, log-spaced over a spread of `s` binades). Scores `q·k` are
+# unchanged, so the attention pattern is the same at every spread and each head's output
+# just scales with `f_j`: any change in the *relative* error comes from FP8 alone.
+# For each spread, Q, K and V are quantized once with one per-tensor descale (expanded to
+# `(batch, heads_kv)`, as vLLM does) and once per (sequence, KV head); then exact
+# attention runs on the FP8 inputs.
+
+# %%
+q0, k0, v0 = data.make_qkv("normal", batch=batch, seqlen_q=seqlen, heads_q=heads_q, heads_kv=heads_kv,
+                           head_dim=head_dim, seed=seed, dtype=torch.float64)
+rows = []
+for s in spreads_log2:
+    f = data.head_factors(heads_kv, s / 2).double()[None, None, :, None]
+    q, k, v = q0 / f.repeat_interleave(heads_q // heads_kv, dim=2), k0 * f, v0 * f
+    for name, sq, skv in (("per tensor", ScaleStrategy(PerTensor()), ScaleStrategy(PerTensor())),
+                          ("per KV head", ScaleStrategy(PerHead(heads_kv)), ScaleStrategy(PerHead()))):
+        whole, worst = fp8_attention_error(q, k, v, sq, skv)
+        rows.append({"spread (binades)": s, "scales": name, "rel_l2": whole, "worst head rel_l2": worst})
+sweep = pd.DataFrame(rows)
+fig, ax = plt.subplots(figsize=(9, 4))
+sns.lineplot(data=sweep, x="spread (binades)", y="worst head rel_l2", hue="scales", style="scales", markers=True, ax=ax)
+ax.set_yscale("log")
+ax.set_xlabel("spread of head ranges (binades, log2 of largest / smallest head factor)")
+ax.set_ylabel("relative L2 error of the worst head's output")
+ax.set_title("One per-tensor scale fails once small heads fall below e4m3's normal range")
+plt.show()
+record("head_spread_sweep", sweep.to_dict(orient="list"))
+sweep.pivot(index="spread (binades)", columns="scales", values=["worst head rel_l2", "rel_l2"])
+
+# %% [markdown]
+# Per-head scales make the error independent of the spread: each head is rescaled to
+# its own range. One per-tensor scale holds up while the spread stays inside e4m3's
+# normal range (`log2(448 / 2^-6)` ≈ 15 binades, minus the width of each head's own
+# distribution), then the smallest heads sink into the subnormals and finally to zero.
+# The whole-output error hides it longer, because the large heads dominate its norm.
+#
+# The same thing seen on K alone, per head, at the largest spread:
+
+# %%
+_, k, _ = data.make_qkv("head_ranges", batch=batch, seqlen_q=1, seqlen_k=seqlen, heads_q=heads_kv, heads_kv=heads_kv,
+                        head_dim=head_dim, seed=seed, head_range_log2=max(spreads_log2) / 2)
+per_head_rows = []
+for name, strat in (("per tensor", ScaleStrategy(PerTensor())), ("per KV head", ScaleStrategy(PerHead()))):
+    k8, kd = quantize(k, strat)
+    back = dequantize(k8, kd, strat, dtype=torch.float64)
+    for h, v_ in enumerate(metrics.sqnr(back, k.double(), per_head=True).tolist()):
+        per_head_rows.append({"head": h, "strategy": name, "sqnr": v_, "head amax": k[:, :, h].abs().max().item()})
+per_head = pd.DataFrame(per_head_rows)
+splots.plot_per_head_error(per_head)
+plt.show()
+per_head.pivot(index="head", columns="strategy", values=["sqnr", "head amax"])
+
+# %% [markdown]
+# ## 2. What `expand` does to strides, and why FA3 accepts it
+#
+# FA3's `flash_api.cpp` checks a descale's dtype and shape `(batch, heads_kv)` and
+# passes its two strides to the kernel, which reads `descale[b * stride(0) + h * stride(1)]`.
+# Four tensors with the same values:
+
+# %%
+per_head_values = torch.rand(heads_kv, generator=torch.Generator().manual_seed(seed)) * 0.05 + 0.01
+variants = {
+    "scalar, expand": descale_from_scalar(0.0123, batch, heads_kv),
+    "per head, expand": descale_from_heads(per_head_values, batch, layout="expand"),
+    "per head, contiguous": descale_from_heads(per_head_values, batch, layout="contiguous"),
+    "per head, transposed view": descale_from_heads(per_head_values, batch, layout="transposed"),
+}
+
+
+def kernel_read(t: torch.Tensor) -> torch.Tensor:
+    """What FA3's kernel reads: element b * stride0 + h * stride1 of the storage behind t."""
+    storage = torch.tensor([], dtype=t.dtype).set_(t.untyped_storage())
+    b, h = torch.meshgrid(torch.arange(t.shape[0]), torch.arange(t.shape[1]), indexing="ij")
+    return storage[t.storage_offset() + b * t.stride(0) + h * t.stride(1)]
+
+
+stride_table = pd.DataFrame([{
+    "descale": name,
+    "shape": tuple(t.shape),
+    "strides": t.stride(),
+    "contiguous": t.is_contiguous(),
+    "bytes of storage": t.untyped_storage().nbytes(),
+    "kernel reads the same values": bool(torch.equal(kernel_read(t), t)),
+} for name, t in variants.items()]).set_index("descale")
+record("descale_strides", {k: list(v) for k, v in stride_table["strides"].items()})
+stride_table
+
+# %% [markdown]
+# The expanded scalar is one float32 (4 bytes) however large the batch; stride 0 makes
+# every `(b, h)` read the same address. A transposed view has strides `(1, batch)`:
+# still valid, just another address formula. A kernel that assumed contiguity
+# (`b * heads_kv + h`) would read wrong scales from the last two; FA3 does not assume it.
+# Identical values must give identical attention, bit for bit, whatever the strides:
+
+# %%
+q, k, v = data.make_qkv("normal", batch=batch, seqlen_q=seqlen, heads_q=heads_q, heads_kv=heads_kv,
+                        head_dim=head_dim, seed=seed)
+q8, qd = quantize_for_fa3(q, ScaleStrategy(PerHead(heads_kv)), heads_kv)
+k8, kd = quantize_for_fa3(k, ScaleStrategy(PerHead()), heads_kv)
+v8, vd = quantize_for_fa3(v, ScaleStrategy(PerTensor()), heads_kv)
+outs = {}
+for layout in ("contiguous", "transposed"):
+    outs[layout] = attention_exact(q8, k8, v8, causal=True,
+                                   q_descale=descale_from_heads(qd.contiguous(), batch, layout=layout),
+                                   k_descale=descale_from_heads(kd.contiguous(), batch, layout=layout),
+                                   v_descale=vd if layout == "transposed" else vd.contiguous())
+same = torch.equal(outs["contiguous"], outs["transposed"])
+record("layouts_bitwise_equal", same)
+assert same
+print("contiguous and transposed/expanded descales give bit-identical attention:", same)
+
+# %% [markdown]
+# (vLLM's own FP8 FA3 test passes descales that are all 1.0, so a stride or indexing bug
+# would slip through; fp8lab's tests draw random descales.)
+#
+# ## 3. GQA: which descale a query head reads
+#
+# With `heads_q` query heads and `heads_kv` KV heads, query head `h` reads KV head
+# `h // (heads_q // heads_kv)`, and FA3 indexes Q's descale by that KV head too. So all
+# query heads of a group share one Q descale: the max over the group.
+
+# %%
+qr, _, _ = data.make_qkv("head_ranges", batch=1, seqlen_q=seqlen, heads_q=heads_q, heads_kv=heads_kv,
+                         head_dim=head_dim, seed=seed, head_range_log2=3.0)
+q_amax = compute_amax(qr, PerHead())[0].tolist()
+splots.plot_gqa_mapping(heads_q, heads_kv, q_amax)
+plt.show()
+group_descale = compute_amax(qr, PerHead(heads_kv))[0] / E4M3.max
+pd.DataFrame({"Q amax per query head": q_amax,
+              "reads KV head": [h // (heads_q // heads_kv) for h in range(heads_q)],
+              "shared Q descale (group max / 448)": group_descale.repeat_interleave(heads_q // heads_kv).tolist()})
+
+# %% [markdown]
+# What sharing costs Q: per-query-head scales (not expressible in FA3) against the group's shared scale.
+
+# %%
+gqa_rows = []
+for name, strat in (("per query head (not FA3)", ScaleStrategy(PerHead())), ("per KV group (FA3)", ScaleStrategy(PerHead(heads_kv)))):
+    q8_, qd_ = quantize(qr, strat)
+    back = dequantize(q8_, qd_, strat, dtype=torch.float64)
+    gqa_rows.append({"Q scales": name, "worst head SQNR (dB)": float(metrics.sqnr(back, qr.double(), per_head=True).min()),
+                     "SQNR (dB)": metrics.sqnr(back, qr.double())})
+gqa = pd.DataFrame(gqa_rows).set_index("Q scales")
+record("gqa_q_worst_head_sqnr_db", gqa["worst head SQNR (dB)"].to_dict())
+gqa
+
+# %% [markdown]
+# Here the heads of a group are within a few binades of each other and sharing costs a
+# fraction of a dB; it grows only when heads of one group differ by many binades.
+#
+# ## 4. Per-token scales, squeezed into `(batch, heads_kv)`
+#
+# A per-token K scale (vLLM's INT8 per-token-head cache does this) cannot be given to
+# FA3. `descale_from_tokens` takes the max over each (sequence, KV head); the tokens are
+# then requantized with it. With attention sinks (a few tokens ×30), every other token
+# of the head is quantized with the sink's scale:
+
+# %%
+_, ks, _ = data.make_qkv("sinks", batch=batch, seqlen_q=1, seqlen_k=seqlen, heads_q=heads_kv, heads_kv=heads_kv,
+                         head_dim=head_dim, seed=seed)
+tok8, tok_d = quantize(ks, ScaleStrategy(PerToken()))
+fa8, fa_d = quantize_for_fa3(ks, ScaleStrategy(PerToken()), heads_kv)
+lost = torch.log2(descale_from_tokens(tok_d, heads_kv)[:, None, :] / tok_d)  # binades each token loses
+token_rows = {
+    "per token (not FA3)": metrics.sqnr(dequantize(tok8, tok_d, PerToken(), dtype=torch.float64), ks.double()),
+    "max over tokens (FA3)": metrics.sqnr(dequantize(fa8, fa_d, PerHead(heads_kv), dtype=torch.float64), ks.double()),
+}
+fig, ax = plt.subplots(figsize=(8, 3.5))
+sns.histplot(lost.flatten().numpy(), bins=40, ax=ax)
+ax.set_xlabel("binades of FP8 range a token loses (log2 of head max / token amax)")
+ax.set_ylabel("tokens x heads")
+ax.set_title("Reducing per-token scales to FA3's layout: the sink sets everyone's scale")
+plt.show()
+record("token_reduction_sqnr_db", token_rows)
+record("token_reduction_median_binades_lost", float(lost.median()))
+pd.Series(token_rows, name="K SQNR (dB)").to_frame()
+
+# %% [markdown]
+# Most tokens lose about `log2(30)` ≈ 5 binades. In a float format that costs little
+# while they stay in the normal range, which is why the SQNR drop is small here; with
+# larger sinks or smaller tokens, they reach the subnormals.
+#
+# ## 5. Checkpoint scales, the q_scale fallback and vLLM's defect
+#
+# vLLM resolves a checkpoint's optional `q_scale`, `k_scale`, `v_scale`, `kv_scale`,
+# `prob_scale` (all descales) in `BaseKVCacheMethod.process_weights_after_loading`:
+# missing k/v → 1.0; one kv_scale → both; missing q → k_scale (the TRT-LLM convention),
+# with a warning. A later block of the same function then sets q to 1.0 because the
+# checkpoint had none, overwriting the fallback (vLLM PRs #38975 and #51534).
+# `resolve_checkpoint_scales(..., emulate="vllm")` reproduces that; the default is the intended behaviour.
+
+# %%
+checkpoints = {
+    "q, k, v": {"q_scale": 0.011, "k_scale": 0.023, "v_scale": 0.004},
+    "k, v only": {"k_scale": 0.023, "v_scale": 0.004},
+    "kv_scale only": {"kv_scale": 0.02},
+    "nothing": {},
+}
+prov = []
+for ck_name, ck in checkpoints.items():
+    for mode in ("intended", "vllm"):
+        r = resolve_checkpoint_scales(ck, emulate=mode, warn=False)
+        prov.append({"checkpoint": ck_name, "mode": mode, "q": r.q, "q from": r.sources["q"],
+                     "k": r.k, "k from": r.sources["k"], "v": r.v, "v from": r.sources["v"]})
+provenance = pd.DataFrame(prov).set_index(["checkpoint", "mode"])
+record("vllm_q_when_missing", provenance.loc[("k, v only", "vllm"), "q"])
+provenance
+
+# %% [markdown]
+# What the defect costs. The premise of the fallback is that a layer's Q and K have
+# similar ranges, so K's calibrated scale suits Q. Sweep that shared range over many
+# orders of magnitude (dividing the softmax scale by the same factor squared, so the
+# exact attention stays the same at every point and only what FP8 sees changes), and
+# quantize Q with the ideal descale (amax/448), the k_scale fallback, and vLLM's 1.0:
+
+# %%
+q, k, v = data.make_qkv("normal", batch=1, seqlen_q=seqlen, heads_q=heads_q, heads_kv=heads_kv,
+                        head_dim=head_dim, seed=seed, dtype=torch.float64)
+q_amaxes = [float(a) for a in np.logspace(-3, 4, 8 if smoke else 15)]
+fallback = fallback_sweep(q, k, v, q_amaxes, causal=True)
+splots.plot_fallback_sweep(fallback)
+plt.show()
+pivot = fallback.pivot(index="q_amax", columns="mode", values="rel_l2")
+record("fallback_rel_l2", {f"{a:.3g}": row.to_dict() for a, row in pivot.iterrows()})
+display(fallback.pivot(index="q_amax", columns="mode", values=["rel_l2", "q_saturated"]))
+
+# %% [markdown]
+# * Between roughly 0.1 and 448 the three agree: with descale 1.0, Q's values are
+#   already inside e4m3's normal range, and a float format does not care where.
+# * Above 448, a descale of 1.0 saturates every value beyond 448 (`q_saturated`): the
+#   scores, and with them the attention, are wrong. The k_scale fallback would have
+#   scaled Q into range.
+# * Below about 0.1, Q's values fall into e4m3's subnormals and then to zero with a
+#   descale of 1.0; the error climbs to the level of an attention that ignores Q.
+#
+# So the defect is silent for checkpoints whose activations happen to fit FP8 unscaled,
+# and costly for those whose Q lives far from that range, which is exactly when a
+# calibrated fallback matters.
+#
+# ## Summary
+#
+# * Per-head descales are free in FA3 and make the error independent of how far apart
+#   head ranges are; a per-tensor descale breaks once the spread approaches e4m3's range.
+# * `expand()` gives stride 0: one float for the whole `(batch, heads_kv)` tensor. FA3
+#   reads `b * stride(0) + h * stride(1)`, so expanded, contiguous and transposed descales
+#   with the same values give bit-identical results.
+# * Under GQA, Q's descale is the max over the query heads of a group.
+# * Per-token scales reduce to FA3's layout by a max over tokens; the largest token
+#   (a sink) then sets every token's scale.
+# * vLLM's q_scale fallback to k_scale is overwritten with 1.0; that costs nothing while
+#   Q fits e4m3 unscaled, and a lot when it does not.
+#
+# ## Exercises
+#
+# 1. What are the strides of `torch.tensor(0.5).expand(4, 2)`? Put them in `answer_1`.
+# 2. With 32 query heads and 8 KV heads, which KV head's descale does query head 13 use?
+# 3. A checkpoint holds only `kv_scale = 0.02`. Which q descale does vLLM end up with, and
+#    which did the fallback intend? Put `(vllm, intended)` in `answer_3`.
+
+# %%
+answer_1 = (0, 0)  # replace with your answer
+answer_2 = 3  # replace with your answer
+answer_3 = (1.0, 0.02)  # replace with your answer
+
+# %% [markdown]
+# Check (the solutions are computed by the package):
+
+# %%
+solution_1 = descale_from_scalar(0.5, 4, 2).stride()
+assert tuple(answer_1) == solution_1, f"exercise 1: expected {solution_1}"
+probe = formats.cast_to_fp8(torch.ones(1, 1, 32, 1))  # one FP8 '1' per query head
+kv_index = dequantize(probe, torch.arange(1.0, 9.0)[None], PerHead(8))[0, 0, :, 0] - 1  # descale column read
+solution_2 = int(kv_index[13])
+assert answer_2 == solution_2, f"exercise 2: expected {solution_2}"
+solution_3 = tuple(resolve_checkpoint_scales({"kv_scale": 0.02}, emulate=m, warn=False).q for m in ("vllm", "intended"))
+assert answer_3 == solution_3, f"exercise 3: expected {solution_3}"
+print("exercises 1-3: correct")

@@ -1,0 +1,190 @@
+"""fp8lab.kernels.fp8_attention against the FA3 emulation and float64 attention.
+
+On a CPU the kernel runs in Triton's interpreter (tests/conftest.py sets
+TRITON_INTERPRET=1 before triton is imported), so shapes are tiny. The bound is
+relative: |kernel - emulation| must be far below the emulation's own error
+against exact attention (under the interpreter the two agree bit for bit).
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from fp8lab.kernels import attention as A
+from fp8lab.kernels import fp8_attention, pretranspose_v
+from fp8lab.reference.exact import attention_exact
+from fp8lab.reference.fa3 import attention_fa3_fp8
+
+DEV = "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def rel_l2(a: torch.Tensor, b: torch.Tensor) -> float:
+    a, b = a.double(), b.double()
+    return float((a - b).norm() / b.norm())
+
+
+def fp8(gen: torch.Generator, *shape: int, scale: float = 2.0) -> torch.Tensor:
+    return (torch.randn(*shape, generator=gen) * scale).clamp(-448, 448).to(torch.float8_e4m3fn).to(DEV)
+
+
+def descales(gen: torch.Generator, batch: int, heads_kv: int) -> list[torch.Tensor]:
+    """Random per-(batch, kv head) descales in [0.05, 0.45): never all ones."""
+    return [(torch.rand(batch, heads_kv, generator=gen) * 0.4 + 0.05).to(DEV) for _ in range(3)]
+
+
+def check_against_emulation(q, k, v, ds, **kw) -> None:
+    block_n = A.default_config(q.shape[-1], kw.get("causal", False)).block_n
+    out, lse = fp8_attention(q, k, v, *ds, return_lse=True, **kw)
+    emu, emu_lse = attention_fa3_fp8(q, k, v, *ds, block_n=block_n, return_lse=True, **kw)
+    exact, exact_lse = attention_exact(q, k, v, q_descale=ds[0], k_descale=ds[1], v_descale=ds[2], return_lse=True, **kw)
+    assert out.dtype == torch.bfloat16 and out.shape == q.shape
+    assert lse.dtype == torch.float32 and lse.shape == emu_lse.shape
+    assert torch.isfinite(out).all()
+    emu_err = rel_l2(emu, exact)
+    assert emu_err > 1e-3  # the FP8 steps do cost accuracy: the bound below is not vacuous
+    assert rel_l2(out, emu) <= 0.25 * emu_err, (rel_l2(out, emu), emu_err)
+    # lse is not quantized: it must match exact attention's to float32 accuracy,
+    # with -inf exactly where a row sees no key.
+    assert torch.equal(torch.isinf(lse), torch.isinf(exact_lse))
+    fin = torch.isfinite(exact_lse)
+    assert (lse[fin].double() - exact_lse[fin].double()).abs().max() <= 1e-5 * (1 + exact_lse[fin].abs().max())
+
+
+@pytest.mark.parametrize(
+    "b,sq,sk,hq,hk,d,causal",
+    [
+        (2, 37, 70, 4, 2, 32, True),  # GQA, bottom-right causal with more keys than queries
+        (1, 70, 37, 2, 1, 32, True),  # MQA, more queries than keys: the first 33 rows see nothing
+        (2, 37, 37, 2, 2, 64, False),  # MHA, non-causal, ragged last block
+        (1, 37, 50, 2, 1, 48, False),  # head_dim 48: padded to 64 inside the kernel (like 96, 192)
+    ],
+)
+def test_batched_matches_emulation(b, sq, sk, hq, hk, d, causal):
+    gen = torch.Generator().manual_seed(hash((b, sq, sk, hq, hk, d, causal)) % 2**31)
+    q, k, v = fp8(gen, b, sq, hq, d), fp8(gen, b, sk, hk, d), fp8(gen, b, sk, hk, d)
+    check_against_emulation(q, k, v, descales(gen, b, hk), causal=causal)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_varlen_matches_emulation(causal):
+    gen = torch.Generator().manual_seed(7 + causal)
+    lens_q, lens_k = [37, 0, 5, 20], [20, 9, 0, 41]  # an empty query set, and queries with no keys
+    cu_q = torch.tensor([0, *torch.tensor(lens_q).cumsum(0).tolist()], dtype=torch.int32, device=DEV)
+    cu_k = torch.tensor([0, *torch.tensor(lens_k).cumsum(0).tolist()], dtype=torch.int32, device=DEV)
+    q, k, v = fp8(gen, sum(lens_q), 4, 32), fp8(gen, sum(lens_k), 2, 32), fp8(gen, sum(lens_k), 2, 32)
+    kw = dict(causal=causal, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, max_seqlen_q=max(lens_q), max_seqlen_k=max(lens_k))
+    check_against_emulation(q, k, v, descales(gen, len(lens_q), 2), **kw)
+    out = fp8_attention(q, k, v, *descales(gen, len(lens_q), 2), **kw)
+    assert torch.equal(out[37 + 0 : 37 + 5].float(), torch.zeros(5, 4, 32))  # sequence 2 has no keys: out = 0
+
+
+def test_v_layouts_tma_and_scheduling_agree_bitwise(monkeypatch):
+    """V natural or pre-transposed, pointer loads or TMA, persistent or not, any head chunking: same bits."""
+    gen = torch.Generator().manual_seed(11)
+    q, k, v = fp8(gen, 2, 40, 4, 32), fp8(gen, 2, 48, 2, 32), fp8(gen, 2, 48, 2, 32)
+    ds = descales(gen, 2, 2)
+    ref = fp8_attention(q, k, v, *ds, causal=True)
+    vt = pretranspose_v(v)
+    assert vt.shape == v.shape and vt.stride(1) == 1 and A.v_layout_of(vt) == "transposed"
+    assert torch.equal(fp8_attention(q, k, vt, *ds, causal=True, v_layout="transposed"), ref)
+    tma = A.AttentionConfig(16, 16, 4, 1, use_tma=True)
+    assert torch.equal(fp8_attention(q, k, v, *ds, causal=True, config=tma), ref)
+    persistent = A.AttentionConfig(16, 16, 4, 1, persistent=True, programs_per_sm=1)  # 4 programs, 24 tiles
+    assert torch.equal(fp8_attention(q, k, vt, *ds, causal=True, config=persistent), ref)
+    monkeypatch.setattr(A, "L2_BUDGET_BYTES", 1)  # one kv head's group per chunk
+    assert A.heads_per_chunk(48, 32, 2, 8) == 2
+    assert torch.equal(fp8_attention(q, k, vt, *ds, causal=True, config=tma), ref)
+
+
+def test_descale_strides_are_bitwise_identical():
+    """A stride-0 expand, a contiguous copy and a column-major copy of one descale table."""
+    gen = torch.Generator().manual_seed(12)
+    q, k, v = fp8(gen, 3, 20, 4, 32), fp8(gen, 3, 20, 2, 32), fp8(gen, 3, 20, 2, 32)
+    qd0 = torch.tensor([[0.37]], device=DEV).expand(3, 2)
+    kd, vd = descales(gen, 3, 2)[:2]
+    outs = [fp8_attention(q, k, v, d, kd, vd) for d in (qd0, qd0.contiguous(), qd0.t().contiguous().t())]
+    assert outs[0].abs().sum() > 0
+    assert all(torch.equal(outs[0], o) for o in outs[1:])
+    # and the per-head values are read per head: permuting heads of k permutes the result
+    swapped = fp8_attention(q, k.flip(2), v.flip(2), qd0, kd.flip(1), vd.flip(1))
+    assert torch.equal(swapped, fp8_attention(q.flip(2), k, v, qd0, kd, vd).flip(2))
+
+
+def test_max_offset_switch_matches_emulation():
+    """max_offset=0 (P in [0, 1]) is FA3 without its offset: the emulation agrees. With peaked
+    scores many P fall below e4m3's smallest normal (2^-6) and lose bits without the offset;
+    with flat scores the offset changes nothing (scaling by 2^8 commutes with rounding)."""
+    gen = torch.Generator().manual_seed(13)
+    q, k, v = fp8(gen, 1, 16, 2, 32, scale=3.0), fp8(gen, 1, 128, 2, 32, scale=3.0), fp8(gen, 1, 128, 2, 32)
+    ds = [(torch.rand(1, 2, generator=gen) * 0.4 + 0.3).to(DEV) for _ in range(3)]
+    out0 = fp8_attention(q, k, v, *ds, max_offset=0.0)
+    emu0 = attention_fa3_fp8(q, k, v, *ds, block_n=16, max_offset=0.0)
+    exact = attention_exact(q, k, v, q_descale=ds[0], k_descale=ds[1], v_descale=ds[2])
+    assert rel_l2(out0, emu0) <= 0.25 * rel_l2(emu0, exact)
+    assert rel_l2(out0, exact) > 1.02 * rel_l2(fp8_attention(q, k, v, *ds), exact)
+
+
+def test_softmax_scale_and_no_descales():
+    gen = torch.Generator().manual_seed(14)
+    q, k, v = fp8(gen, 1, 20, 2, 32), fp8(gen, 1, 20, 2, 32), fp8(gen, 1, 20, 2, 32)
+    out = fp8_attention(q, k, v, softmax_scale=0.05)
+    emu = attention_fa3_fp8(q, k, v, softmax_scale=0.05, block_n=16)
+    assert rel_l2(out, emu) <= 0.25 * rel_l2(emu, attention_exact(q, k, v, softmax_scale=0.05))
+
+
+@pytest.mark.parametrize(
+    "mutate,exc,match",
+    [
+        (lambda q, k, v: (q.float(), k.float(), v.float()), TypeError, "float8_e4m3fn"),
+        (lambda q, k, v: (q, k, v[..., :16]), ValueError, "head_dim"),
+        (lambda q, k, v: (q[..., :24], k[..., :24], v[..., :24]), ValueError, "multiple of 16"),
+        (lambda q, k, v: (q, k, v.transpose(1, 2)), ValueError, "contiguous|v_layout|heads|seqlen"),
+        (lambda q, k, v: (q, k[:, :, :1], v), ValueError, "same number of heads"),
+    ],
+)
+def test_bad_inputs_are_rejected_before_launch(mutate, exc, match):
+    gen = torch.Generator().manual_seed(15)
+    q, k, v = fp8(gen, 1, 8, 2, 32), fp8(gen, 1, 8, 2, 32), fp8(gen, 1, 8, 2, 32)
+    with pytest.raises(exc, match=match):
+        fp8_attention(*mutate(q, k, v))
+
+
+def test_bad_options_are_rejected():
+    gen = torch.Generator().manual_seed(16)
+    q, k, v = fp8(gen, 1, 8, 2, 32), fp8(gen, 1, 8, 2, 32), fp8(gen, 1, 8, 2, 32)
+    with pytest.raises(ValueError, match="v_layout"):
+        fp8_attention(q, k, v, v_layout="transposed")  # v is natural
+    with pytest.raises(ValueError, match="v_layout"):
+        fp8_attention(q, k, v, v_layout="columns")
+    with pytest.raises(ValueError, match="max_offset"):
+        fp8_attention(q, k, v, max_offset=9.0)
+    with pytest.raises(ValueError, match="softmax_scale"):
+        fp8_attention(q, k, v, softmax_scale=-1.0)
+    with pytest.raises(ValueError, match="k_descale"):
+        fp8_attention(q, k, v, None, torch.ones(2, 2, device=DEV))
+    with pytest.raises(ValueError, match="> 0"):
+        fp8_attention(q, k, v, torch.zeros(1, 2, device=DEV))
+
+
+def test_configs_are_named_and_small():
+    for d in (64, 128, 256):
+        cands = A.attention_configs(d)
+        assert 1 < len(cands) <= 16 and len({c.label() for c in cands}) == len(cands)
+        assert A.default_config(d).block_n in (16, 32, 64, 128)
+    assert A.FA3_MAX_OFFSET == 8.0 and math.isclose(A.LOG2E * A.LN2, 1.0)
+
+
+@pytest.mark.gpu
+@pytest.mark.hopper
+@pytest.mark.parametrize("d", [64, 128, 256])
+@pytest.mark.parametrize("causal", [False, True])
+def test_gpu_matches_emulation_at_kernel_sizes(d, causal):
+    gen = torch.Generator().manual_seed(d + causal)
+    q, k, v = fp8(gen, 2, 203, 8, d), fp8(gen, 2, 203, 2, d), fp8(gen, 2, 203, 2, d)
+    check_against_emulation(q, k, v, descales(gen, 2, 2), causal=causal)
+    ref = fp8_attention(q, k, v, causal=causal)
+    assert torch.equal(ref, fp8_attention(q, k, pretranspose_v(v), causal=causal))
+    assert torch.equal(ref, fp8_attention(q, k, v, causal=causal, round_p_in_fp32=True))

@@ -1,0 +1,138 @@
+"""fp8lab.kernels.quantize_fp8 / quantize_fp8_static and the in-kernel rounding helpers,
+bit for bit against fp8lab.formats (the float64 reference)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import triton
+import triton.language as tl
+
+from fp8lab.formats import cast_to_fp8, quantize, representable_values
+from fp8lab.kernels import quantize_fp8, quantize_fp8_static
+from fp8lab.kernels.fp8_rounding import round_to_bf16, round_to_e4m3
+
+DEV = "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def bits(x: torch.Tensor) -> torch.Tensor:
+    return x.view(torch.uint8).cpu()
+
+
+def ieee_div(x: torch.Tensor, d: torch.Tensor) -> torch.Tensor:
+    """x / d correctly rounded in float32 (computed in float64: exact enough to round once)."""
+    return (x.double() / d.double()).float()
+
+
+def cast_ref(y: torch.Tensor) -> torch.Tensor:
+    return bits(cast_to_fp8(y.cpu()))
+
+
+def inputs(gen: torch.Generator, *shape: int, dtype=torch.bfloat16) -> torch.Tensor:
+    x = torch.randn(*shape, generator=gen) * torch.rand(shape[-2], 1, generator=gen) * 10  # heads differ in range
+    return x.to(dtype).to(DEV)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_per_head_gqa_matches_reference(dtype):
+    gen = torch.Generator().manual_seed(1)
+    x = inputs(gen, 2, 37, 4, 64, dtype=dtype)
+    x[0, 3, 1, 5] = -0.0  # keeps its sign bit
+    y, d = quantize_fp8(x, "head", heads_kv=2)  # Q under GQA: query heads 2h, 2h+1 share kv head h
+    amax = x.float().abs().reshape(2, 37, 2, 2, 64).amax(dim=(1, 3, 4))
+    assert d.dtype == torch.float32 and d.shape == (2, 2)
+    assert torch.equal(d.cpu(), ieee_div(amax.cpu(), torch.tensor(448.0)))
+    assert torch.equal(bits(y), cast_ref(ieee_div(x.float(), d.repeat_interleave(2, 1)[:, None, :, None])))
+    assert bits(y)[0, 3, 1, 5] == 0x80
+    assert (y.float().abs().amax(dim=(1, 3)).reshape(2, 2, 2).amax(-1) == 448).all()  # each group reaches 448
+
+
+def test_per_tensor_is_one_stride0_descale():
+    gen = torch.Generator().manual_seed(2)
+    x = inputs(gen, 3, 20, 2, 32)
+    y, d = quantize_fp8(x, "tensor")
+    assert d.shape == (3, 2) and d.stride() == (0, 0)
+    d0 = ieee_div(x.float().abs().amax().reshape(1), torch.tensor([448.0]))
+    assert torch.equal(d[0, 0].reshape(1).cpu(), d0)
+    assert torch.equal(bits(y), cast_ref(ieee_div(x.float().cpu(), d0)))
+
+
+def test_per_token_one_pass_and_zero_rows():
+    gen = torch.Generator().manual_seed(3)
+    x = inputs(gen, 2, 21, 3, 48)  # head_dim 48 is padded to 64 inside the kernel
+    x[1, 4, 2] = 0  # a zero row gets descale 1
+    y, d = quantize_fp8(x, "token")
+    dref = ieee_div(x.float().abs().amax(-1).cpu(), torch.tensor(448.0))
+    dref[1, 4, 2] = 1.0
+    assert d.shape == (2, 21, 3) and torch.equal(d.cpu(), dref)
+    assert torch.equal(bits(y), cast_ref(ieee_div(x.float().cpu(), dref[..., None])))
+
+
+def test_varlen_per_head_per_sequence():
+    gen = torch.Generator().manual_seed(4)
+    x = inputs(gen, 60, 2, 32)
+    cu = torch.tensor([0, 10, 10, 60], dtype=torch.int32, device=DEV)  # the middle sequence is empty
+    y, d = quantize_fp8(x, "head", cu_seqlens=cu)
+    xf = x.float().cpu()
+    amax = torch.stack([xf[:10].abs().amax((0, 2)), torch.zeros(2), xf[10:].abs().amax((0, 2))])
+    dref = torch.where(amax > 0, ieee_div(amax, torch.tensor(448.0)), torch.ones_like(amax))
+    assert torch.equal(d.cpu(), dref)
+    per_token = torch.cat([dref[0].expand(10, 2), dref[2].expand(50, 2)])
+    assert torch.equal(bits(y), cast_ref(ieee_div(xf, per_token[..., None])))
+    yt, dt = quantize_fp8(x, "token", cu_seqlens=cu)
+    assert dt.shape == (60, 2) and torch.equal(dt.cpu(), ieee_div(xf.abs().amax(-1), torch.tensor(448.0)))
+
+
+def test_static_matches_vllm_formula_and_saturates():
+    gen = torch.Generator().manual_seed(5)
+    x = inputs(gen, 2, 19, 4, 32)
+    scale = 0.011  # small on purpose: some |x| / scale exceed 448 and must saturate, not become NaN
+    y, d = quantize_fp8_static(x, scale, heads_kv=2)
+    inv = torch.tensor(1.0, dtype=torch.float32) / torch.tensor(scale, dtype=torch.float32)
+    ref = (x.float().cpu() * inv).clamp(-448, 448)
+    assert (x.float().abs() / scale > 448).any()
+    assert torch.equal(bits(y), cast_ref(ref))
+    assert d.shape == (2, 2) and d.stride() == (0, 0) and d[0, 0].item() == pytest.approx(scale)
+    y2, _ = quantize_fp8_static(x, torch.tensor([scale], device=DEV))
+    assert torch.equal(bits(y2), bits(y))
+
+
+@pytest.mark.parametrize(
+    "call,exc,match",
+    [
+        (lambda x: quantize_fp8(x.int(), "head"), TypeError, "bfloat16"),
+        (lambda x: quantize_fp8(x, "block"), ValueError, "granularity"),
+        (lambda x: quantize_fp8(x, "head", heads_kv=3), ValueError, "heads_kv"),
+        (lambda x: quantize_fp8(x[0], "head"), ValueError, "cu_seqlens"),
+        (lambda x: quantize_fp8(x.transpose(-1, -2), "head"), ValueError, "contiguous"),
+        (lambda x: quantize_fp8_static(x, 0.0), ValueError, "scale"),
+        (lambda x: quantize_fp8_static(x, float("nan")), ValueError, "scale"),
+        (lambda x: quantize_fp8_static(x, torch.ones(2, device=DEV)), ValueError, "one-element"),
+    ],
+)
+def test_bad_inputs(call, exc, match):
+    x = torch.randn(1, 4, 4, 32, device=DEV, dtype=torch.bfloat16)
+    with pytest.raises(exc, match=match):
+        call(x)
+
+
+@triton.jit
+def _round_kernel(X, Y, Z, N: tl.constexpr):
+    offs = tl.arange(0, N)
+    x = tl.load(X + offs)
+    tl.store(Y + offs, round_to_e4m3(x))
+    tl.store(Z + offs, round_to_bf16(x))
+
+
+def test_rounding_helpers_are_round_to_nearest_even():
+    """Every e4m3 grid point, every midpoint (ties), and values just off them, up to 448."""
+    grid = representable_values("e4m3fn").float()
+    grid = grid[grid.abs() <= 448]
+    mids = (grid[1:] + grid[:-1]) / 2
+    eps = torch.finfo(torch.float32).eps
+    x = torch.cat([grid, mids, mids * (1 + eps), mids * (1 - eps), torch.tensor([-0.0, 2.0**-10, -(2.0**-10)])])
+    x = torch.cat([x, torch.zeros(2048 - x.numel())])
+    y, z = torch.empty_like(x), torch.empty_like(x)
+    _round_kernel[(1,)](x.to(DEV), y_d := y.to(DEV), z_d := z.to(DEV), N=2048)
+    assert torch.equal(y_d.cpu().view(torch.int32), quantize(x, "e4m3fn").view(torch.int32))  # signs of zero too
+    assert torch.equal(z_d.cpu(), x.to(torch.bfloat16).float())
