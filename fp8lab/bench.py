@@ -16,7 +16,14 @@ from typing import Callable, Iterable
 
 __all__ = [
     "AttentionCase",
+    "FACTS_H200",
+    "H200_CEILINGS",
+    "attention_bytes",
     "attention_flops",
+    "attention_intensity",
+    "exp2_ceiling_tflops",
+    "records_frame",
+    "roofline_tflops",
     "bench_grid",
     "load_results",
     "median_ms",
@@ -54,6 +61,53 @@ def attention_flops(batch: int, seqlen_q: int, seqlen_k: int, heads_q: int, head
     """Forward FLOPs by FlashAttention's convention: 2 matmuls of 2*sq*sk*d each per head, half when causal."""
     flops = 4.0 * batch * seqlen_q * seqlen_k * heads_q * head_dim
     return flops / 2 if causal else flops
+
+
+def attention_bytes(batch: int, seqlen: int, heads_q: int, heads_kv: int, head_dim: int) -> float:
+    """HBM bytes of an FP8 forward that reads Q, K, V once (1 byte each) and writes bf16 O (2 bytes)."""
+    return batch * seqlen * head_dim * (heads_q * (1 + 2) + heads_kv * 2)
+
+
+def attention_intensity(case: "AttentionCase") -> float:
+    """FLOPs per HBM byte: thousands for long sequences, so attention is compute-bound."""
+    return case.flops() / attention_bytes(case.batch, case.seqlen, case.heads_q, case.heads_kv, case.head_dim)
+
+
+def roofline_tflops(intensity: float, peak_tflops: float, tbps: float) -> float:
+    """Attainable TFLOP/s at `intensity` FLOP/byte: min(compute ceiling, bandwidth x intensity)."""
+    return min(peak_tflops, tbps * intensity)
+
+
+def exp2_ceiling_tflops(head_dim: int, sms: int = 132, clock_ghz: float = 1.98, exp2_per_clock: int = 16) -> float:
+    """Attention TFLOP/s if the exp2 unit were the only limit (a model, not a measurement).
+
+    Each score costs one exp2 and 4 * head_dim matmul FLOPs (QK^T and PV). Defaults: H200
+    (132 SMs, 1.98 GHz boost), 16 exp2 per clock per SM (CUDA guide, compute capability 9.0).
+    """
+    return sms * clock_ghz * 1e9 * exp2_per_clock * 4 * head_dim / 1e12
+
+
+# Ceilings measured on the same H200 (fp8-attention-facts.md section 6, 2026-11-29) and the datasheet.
+H200_CEILINGS = {
+    "FP8 GEMM (torch._scaled_mm, 8192^3)": 1308.0,
+    "bf16 GEMM": 726.0,
+    "datasheet dense FP8": 1979.0,
+}
+H200_COPY_TBPS = {"measured copy (facts file)": 4.3, "datasheet": 4.8}
+
+# The facts file's H200 table (section 6; one run, 2026-11-29): TFLOP/s by provider.
+FACTS_H200 = [
+    {"case": "2x8192x32/8x128", "causal": False, "fa3-fwd bf16": 671, "fa3-fwd FP8": 899, "vLLM FA3 bf16": 598,
+     "vLLM FA3 FP8": 693, "SDPA flash (FA2)": 342, "SDPA cuDNN": 602, "minimal Triton FP8": 751},
+    {"case": "2x8192x32/8x128", "causal": True, "fa3-fwd bf16": 621, "fa3-fwd FP8": 860, "vLLM FA3 bf16": 576,
+     "vLLM FA3 FP8": 635, "SDPA flash (FA2)": 323, "SDPA cuDNN": 549, "minimal Triton FP8": 576},
+    {"case": "1x16384x32x128", "causal": False, "fa3-fwd bf16": 667, "fa3-fwd FP8": 903, "vLLM FA3 bf16": 629,
+     "vLLM FA3 FP8": 698, "SDPA flash (FA2)": 346, "SDPA cuDNN": 609, "minimal Triton FP8": 756},
+    {"case": "4x4096x16x256", "causal": False, "fa3-fwd bf16": 690, "fa3-fwd FP8": 1095, "vLLM FA3 bf16": 623,
+     "vLLM FA3 FP8": 356, "SDPA flash (FA2)": 310, "SDPA cuDNN": 645, "minimal Triton FP8": 850},
+    {"case": "4x8192x32x64", "causal": False, "fa3-fwd bf16": 517, "fa3-fwd FP8": 646, "vLLM FA3 bf16": 453,
+     "vLLM FA3 FP8": 547, "SDPA flash (FA2)": 308, "SDPA cuDNN": 458, "minimal Triton FP8": 511},
+]
 
 
 def tflops(flops: float, ms: float) -> float:
@@ -117,6 +171,25 @@ def load_results(path: str | Path) -> dict:
     if "context" not in data or "rows" not in data:
         raise ValueError(f"{path}: expected a results file with 'context' and 'rows', got keys {sorted(data)}")
     return data
+
+
+def records_frame(directory: str | Path, section: str = "grid"):
+    """All `bench_v*_<section>.json` files under `directory` as one pandas DataFrame with a
+    `version` column (v1, v2, ...) and the run's date and GPU."""
+    import pandas as pd
+
+    frames = []
+    for path in sorted(Path(directory).glob(f"bench_v*_{section}.json")):
+        data = load_results(path)
+        version = path.name.split("_")[1]
+        df = pd.DataFrame(data["rows"])
+        df.insert(0, "version", version)
+        df["date"] = data["context"].get("date")
+        df["gpu"] = data["context"].get("gpu")
+        frames.append(df)
+    if not frames:
+        raise FileNotFoundError(f"no bench_v*_{section}.json under {directory}")
+    return pd.concat(frames, ignore_index=True)
 
 
 def ratio_table(rows: list[dict], ours: str, against: str, value: str = "tflops") -> list[dict]:

@@ -86,7 +86,8 @@ def check_descale(
     if device is not None and descale.device != torch.device(device):
         raise ValueError(f"{name}: expected it on {device} like q, got {descale.device}")
     if descale.numel() and not bool(torch.isfinite(descale).all()):
-        raise ValueError(f"{name}: every descale must be finite, got {descale.tolist()}")
+        bad = (~torch.isfinite(descale)).nonzero()[0].tolist()
+        raise ValueError(f"{name}: every descale must be finite, got {descale[tuple(bad)].item()} at {tuple(bad)}")
     if descale.numel() and not bool((descale > 0).all()):
         raise ValueError(f"{name}: every descale must be > 0, got min {descale.min().item()}")
 

@@ -268,9 +268,12 @@ def run_notebooks(
     kernel = kernel or _default_kernel()
     import torch
 
-    env_before = {k: os.environ.get(k) for k in (FIGURES_ENV, "TRITON_INTERPRET")}
+    env_before = {k: os.environ.get(k) for k in (FIGURES_ENV, "TRITON_INTERPRET", "OMP_NUM_THREADS")}
     if not torch.cuda.is_available():
         os.environ["TRITON_INTERPRET"] = "1"
+    if smoke:
+        # Smoke sizes are tiny: one thread avoids torch's thread start-up and contention on small CPUs.
+        os.environ.setdefault("OMP_NUM_THREADS", "1")
     results = []
     try:
         for spec in tqdm(specs, desc="notebooks", disable=not progress):

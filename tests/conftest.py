@@ -11,6 +11,10 @@ if not torch.cuda.is_available():
 
 import pytest  # noqa: E402
 
+if "OMP_NUM_THREADS" not in os.environ:
+    # Test shapes are tiny; extra threads only add contention on small machines.
+    torch.set_num_threads(1)
+
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     cap = torch.cuda.get_device_capability() if torch.cuda.is_available() else None

@@ -60,7 +60,7 @@ import triton.language as tl
 
 from fp8lab.env import triton_interpret
 from fp8lab.kernels.fp8_rounding import round_to_bf16, round_to_e4m3
-from fp8lab.layout import AttentionShape, check_attention_inputs
+from fp8lab.layout import AttentionShape, check_attention_inputs, check_descale
 
 __all__ = [
     "AttentionConfig",
@@ -150,8 +150,7 @@ def _attend_block(
 
 
 @triton.jit
-def _attention_tile(
-    tile,  # which (query block, batch * head) this call computes: see Scheduling
+def _fp8_attention_fwd(
     # ---- tensors -----------------------------------------------------------------
     Q, K, V,  # e4m3fn; K and V are TMA descriptors when USE_TMA
     O,  # bf16 output, q's layout
@@ -183,7 +182,7 @@ def _attention_tile(
     # fit in L2 together; inside a chunk, query blocks run last-first across all its heads,
     # so the longest causal rows start first (longest-processing-time order) and the short
     # ones fill the tail.
-    pid = tile
+    pid = tl.program_id(0)
     chunk_size = n_m_blocks * heads_per_chunk
     chunk = pid // chunk_size
     heads_here = tl.minimum(heads_per_chunk, batch_heads - chunk * heads_per_chunk)
@@ -206,130 +205,76 @@ def _attention_tile(
         seqlen_k = seqlen_k_batched
         tma_b = b
     m0 = pid_m * BLOCK_M
-    # varlen: query blocks past this sequence's end have nothing to do. (An early `return`
-    # would do, but Triton forbids returns in functions called from a loop: PERSISTENT.)
-    if m0 < seqlen_q:
-        b64 = b.to(tl.int64)
+    if m0 >= seqlen_q:  # varlen: this sequence is shorter than the longest
+        return
+    b64 = b.to(tl.int64)
 
-        # FP8 step 1: fold q_descale * k_descale into the exp2-domain softmax scale.
-        q_descale = tl.load(Q_DESCALE + b * stride_qdb + hk * stride_qdh)
-        k_descale = tl.load(K_DESCALE + b * stride_kdb + hk * stride_kdh)
-        v_descale = tl.load(V_DESCALE + b * stride_vdb + hk * stride_vdh)
-        scale_log2 = softmax_scale_log2 * (q_descale * k_descale)
+    # FP8 step 1: fold q_descale * k_descale into the exp2-domain softmax scale.
+    q_descale = tl.load(Q_DESCALE + b * stride_qdb + hk * stride_qdh)
+    k_descale = tl.load(K_DESCALE + b * stride_kdb + hk * stride_kdh)
+    v_descale = tl.load(V_DESCALE + b * stride_vdb + hk * stride_vdh)
+    scale_log2 = softmax_scale_log2 * (q_descale * k_descale)
 
-        offs_m = m0 + tl.arange(0, BLOCK_M)
-        offs_d = tl.arange(0, HEAD_DIM_PAD)
-        in_q = offs_m < seqlen_q
-        q_ptrs = (Q + b64 * stride_qb + h.to(tl.int64) * stride_qh
-                  + (q_start + offs_m)[:, None].to(tl.int64) * stride_qs + offs_d[None, :])
-        q = tl.load(q_ptrs, mask=in_q[:, None] & (offs_d[None, :] < HEAD_DIM), other=0.0)
-        offs_n = tl.arange(0, BLOCK_N)
-        if USE_TMA:
-            k_ptrs = K
-            v_ptrs = V
-        else:  # pointer tiles of key block 0; block j adds j * BLOCK_N * stride (one scalar)
-            k_ptrs = (K + b64 * stride_kb + hk.to(tl.int64) * stride_kh + k_start.to(tl.int64) * stride_ks
-                      + offs_n[:, None] * stride_ks + offs_d[None, :])
-            v_ptrs = (V + b64 * stride_vb + hk.to(tl.int64) * stride_vh + k_start.to(tl.int64) * stride_vs
-                      + offs_n[:, None] * stride_vs + offs_d[None, :] * stride_vd)
+    offs_m = m0 + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, HEAD_DIM_PAD)
+    in_q = offs_m < seqlen_q
+    q_ptrs = (Q + b64 * stride_qb + h.to(tl.int64) * stride_qh
+              + (q_start + offs_m)[:, None].to(tl.int64) * stride_qs + offs_d[None, :])
+    q = tl.load(q_ptrs, mask=in_q[:, None] & (offs_d[None, :] < HEAD_DIM), other=0.0)
+    offs_n = tl.arange(0, BLOCK_N)
+    if USE_TMA:
+        k_ptrs = K
+        v_ptrs = V
+    else:  # pointer tiles of key block 0; block j adds j * BLOCK_N * stride (one scalar)
+        k_ptrs = (K + b64 * stride_kb + hk.to(tl.int64) * stride_kh + k_start.to(tl.int64) * stride_ks
+                  + offs_n[:, None] * stride_ks + offs_d[None, :])
+        v_ptrs = (V + b64 * stride_vb + hk.to(tl.int64) * stride_vh + k_start.to(tl.int64) * stride_vs
+                  + offs_n[:, None] * stride_vs + offs_d[None, :] * stride_vd)
 
-        # Which key blocks this query block needs, and which of them need a mask.
-        diag = seqlen_k - seqlen_q  # query i sees keys j <= i + diag
-        if CAUSAL:
-            n_end = tl.minimum(seqlen_k, m0 + BLOCK_M + diag)  # keys the last row of the block sees
-            n_blocks = tl.cdiv(tl.maximum(n_end, 0), BLOCK_N)
-            n_full = tl.minimum(tl.maximum(m0 + diag + 1, 0), seqlen_k) // BLOCK_N  # seen by the first row
-        else:
-            n_blocks = tl.cdiv(seqlen_k, BLOCK_N)
-            n_full = seqlen_k // BLOCK_N
-        n_full = tl.minimum(n_full, n_blocks)
-
-        m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
-        l_i = tl.zeros([BLOCK_M], tl.float32)
-        acc = tl.zeros([BLOCK_M, HEAD_DIM_PAD], tl.float32)
-        # Phase 1, on the band: the masked blocks (diagonal band, ragged tail), last first.
-        for i in range(0, n_blocks - n_full):
-            n0 = (n_blocks - 1 - i) * BLOCK_N
-            acc, l_i, m_i = _attend_block(
-                acc, l_i, m_i, q, K, V, k_ptrs, v_ptrs, stride_ks, stride_vs, tma_b, hk, k_start,
-                n0, offs_m, seqlen_k, diag, scale_log2,
-                HEAD_DIM, HEAD_DIM_PAD, BLOCK_N, True, CAUSAL, USE_TMA, V_TRANSPOSED, MAX_OFFSET, ROUND_IN_FP32,
-            )
-        # Phase 2, off the band: fully visible blocks, no mask work at all.
-        for i in tl.range(0, n_full, warp_specialize=WARP_SPECIALIZE):
-            n0 = (n_full - 1 - i) * BLOCK_N
-            acc, l_i, m_i = _attend_block(
-                acc, l_i, m_i, q, K, V, k_ptrs, v_ptrs, stride_ks, stride_vs, tma_b, hk, k_start,
-                n0, offs_m, seqlen_k, diag, scale_log2,
-                HEAD_DIM, HEAD_DIM_PAD, BLOCK_N, False, CAUSAL, USE_TMA, V_TRANSPOSED, MAX_OFFSET, ROUND_IN_FP32,
-            )
-
-        # Epilogue: normalise, apply v_descale once, write bf16 out and the natural-log lse.
-        empty = l_i == 0.0  # fully masked rows: out = 0, lse = -inf
-        out = acc * ((1.0 / tl.where(empty, 1.0, l_i)) * v_descale)[:, None]  # as FA3: O * (1 / l * v_descale)
-        m_use = tl.where(m_i == float("-inf"), 0.0, m_i)
-        lse = (m_use * scale_log2 - MAX_OFFSET + tl.math.log2(tl.where(empty, 1.0, l_i))) * 0.6931471805599453  # ln 2
-        lse = tl.where(empty, float("-inf"), lse)
-        o_ptrs = (O + b64 * stride_ob + h.to(tl.int64) * stride_oh
-                  + (q_start + offs_m)[:, None].to(tl.int64) * stride_os + offs_d[None, :])
-        if ROUND_IN_FP32:  # the interpreter truncates float32 -> bf16; round to nearest first
-            out = round_to_bf16(out)
-        tl.store(o_ptrs, out.to(O.dtype.element_ty), mask=in_q[:, None] & (offs_d[None, :] < HEAD_DIM))
-        l_ptrs = LSE + b64 * stride_lb + h.to(tl.int64) * stride_lh + (q_start + offs_m).to(tl.int64) * stride_ls
-        tl.store(l_ptrs, lse, mask=in_q)
-
-
-@triton.jit
-def _fp8_attention_fwd(
-
-    # ---- tensors -----------------------------------------------------------------
-    Q, K, V,  # e4m3fn; K and V are TMA descriptors when USE_TMA
-    O,  # bf16 output, q's layout
-    LSE,  # float32 logsumexp, (batch, heads_q, seqlen_q) or (heads_q, total_q)
-    Q_DESCALE, K_DESCALE, V_DESCALE,  # float32 (batch, heads_kv), any strides
-    CU_SEQLENS_Q, CU_SEQLENS_K,  # int32 (batch + 1,) when VARLEN, else unused
-    # ---- strides, in elements (batch strides are 0 for varlen) ---------------------
-    stride_qb, stride_qs, stride_qh,
-    stride_kb, stride_ks, stride_kh,
-    stride_vb, stride_vs, stride_vh, stride_vd,
-    stride_ob, stride_os, stride_oh,
-    stride_lb, stride_lh, stride_ls,
-    stride_qdb, stride_qdh, stride_kdb, stride_kdh, stride_vdb, stride_vdh,
-    # ---- sizes and scale ----------------------------------------------------------
-    heads_q, seqlen_q_batched, seqlen_k_batched,  # sequence lengths when not VARLEN
-    n_m_blocks, batch_heads, heads_per_chunk,  # the 1-D grid's work: see "Scheduling" below
-    softmax_scale_log2,  # softmax_scale * log2(e), before descales
-    # ---- compile-time switches ------------------------------------------------------
-    GROUP: tl.constexpr,  # query heads per kv head (GQA/MQA)
-    HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr,  # padded to a power of two for tl.arange
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    CAUSAL: tl.constexpr, VARLEN: tl.constexpr,
-    USE_TMA: tl.constexpr, V_TRANSPOSED: tl.constexpr,
-    WARP_SPECIALIZE: tl.constexpr,  # let Triton split loads and math into warp groups (off-band loop)
-    MAX_OFFSET: tl.constexpr,  # 8.0 as FA3; 0.0 gives plain softmax P in [0, 1]
-    ROUND_IN_FP32: tl.constexpr,  # exact P and output rounding under the interpreter (see fp8_rounding)
-    n_tiles,  # n_m_blocks * batch_heads
-    PERSISTENT: tl.constexpr,  # one program per SM slot looping over tiles, or one program per tile
-):
-    """The kernel: one tile per program, or (PERSISTENT) a fixed grid striding over the tiles
-    in the same longest-first order, which saves block launches and fills the tail."""
-    if PERSISTENT:
-        for tile in range(tl.program_id(0), n_tiles, tl.num_programs(0)):
-            _attention_tile(
-                tile, Q, K, V, O, LSE, Q_DESCALE, K_DESCALE, V_DESCALE, CU_SEQLENS_Q, CU_SEQLENS_K, stride_qb,
-                stride_qs, stride_qh, stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh, stride_vd,
-                stride_ob, stride_os, stride_oh, stride_lb, stride_lh, stride_ls, stride_qdb, stride_qdh,
-                stride_kdb, stride_kdh, stride_vdb, stride_vdh, heads_q, seqlen_q_batched, seqlen_k_batched,
-                n_m_blocks, batch_heads, heads_per_chunk, softmax_scale_log2, GROUP, HEAD_DIM, HEAD_DIM_PAD,
-                BLOCK_M, BLOCK_N, CAUSAL, VARLEN, USE_TMA, V_TRANSPOSED, WARP_SPECIALIZE, MAX_OFFSET, ROUND_IN_FP32)
+    # Which key blocks this query block needs, and which of them need a mask.
+    diag = seqlen_k - seqlen_q  # query i sees keys j <= i + diag
+    if CAUSAL:
+        n_end = tl.minimum(seqlen_k, m0 + BLOCK_M + diag)  # keys the last row of the block sees
+        n_blocks = tl.cdiv(tl.maximum(n_end, 0), BLOCK_N)
+        n_full = tl.minimum(tl.maximum(m0 + diag + 1, 0), seqlen_k) // BLOCK_N  # seen by the first row
     else:
-        _attention_tile(
-            tl.program_id(0), Q, K, V, O, LSE, Q_DESCALE, K_DESCALE, V_DESCALE, CU_SEQLENS_Q, CU_SEQLENS_K,
-            stride_qb, stride_qs, stride_qh, stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh,
-            stride_vd, stride_ob, stride_os, stride_oh, stride_lb, stride_lh, stride_ls, stride_qdb, stride_qdh,
-            stride_kdb, stride_kdh, stride_vdb, stride_vdh, heads_q, seqlen_q_batched, seqlen_k_batched,
-            n_m_blocks, batch_heads, heads_per_chunk, softmax_scale_log2, GROUP, HEAD_DIM, HEAD_DIM_PAD,
-            BLOCK_M, BLOCK_N, CAUSAL, VARLEN, USE_TMA, V_TRANSPOSED, WARP_SPECIALIZE, MAX_OFFSET, ROUND_IN_FP32)
+        n_blocks = tl.cdiv(seqlen_k, BLOCK_N)
+        n_full = seqlen_k // BLOCK_N
+    n_full = tl.minimum(n_full, n_blocks)
+
+    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, HEAD_DIM_PAD], tl.float32)
+    # Phase 1, on the band: the masked blocks (diagonal band, ragged tail), last first.
+    for i in range(0, n_blocks - n_full):
+        n0 = (n_blocks - 1 - i) * BLOCK_N
+        acc, l_i, m_i = _attend_block(
+            acc, l_i, m_i, q, K, V, k_ptrs, v_ptrs, stride_ks, stride_vs, tma_b, hk, k_start,
+            n0, offs_m, seqlen_k, diag, scale_log2,
+            HEAD_DIM, HEAD_DIM_PAD, BLOCK_N, True, CAUSAL, USE_TMA, V_TRANSPOSED, MAX_OFFSET, ROUND_IN_FP32,
+        )
+    # Phase 2, off the band: fully visible blocks, no mask work at all.
+    for i in tl.range(0, n_full, warp_specialize=WARP_SPECIALIZE):
+        n0 = (n_full - 1 - i) * BLOCK_N
+        acc, l_i, m_i = _attend_block(
+            acc, l_i, m_i, q, K, V, k_ptrs, v_ptrs, stride_ks, stride_vs, tma_b, hk, k_start,
+            n0, offs_m, seqlen_k, diag, scale_log2,
+            HEAD_DIM, HEAD_DIM_PAD, BLOCK_N, False, CAUSAL, USE_TMA, V_TRANSPOSED, MAX_OFFSET, ROUND_IN_FP32,
+        )
+
+    # Epilogue: normalise, apply v_descale once, write bf16 out and the natural-log lse.
+    empty = l_i == 0.0  # fully masked rows: out = 0, lse = -inf
+    out = acc * ((1.0 / tl.where(empty, 1.0, l_i)) * v_descale)[:, None]  # as FA3: O * (1 / l * v_descale)
+    m_use = tl.where(m_i == float("-inf"), 0.0, m_i)
+    lse = (m_use * scale_log2 - MAX_OFFSET + tl.math.log2(tl.where(empty, 1.0, l_i))) * 0.6931471805599453  # ln 2
+    lse = tl.where(empty, float("-inf"), lse)
+    o_ptrs = (O + b64 * stride_ob + h.to(tl.int64) * stride_oh
+              + (q_start + offs_m)[:, None].to(tl.int64) * stride_os + offs_d[None, :])
+    if ROUND_IN_FP32:  # the interpreter truncates float32 -> bf16; round to nearest first
+        out = round_to_bf16(out)
+    tl.store(o_ptrs, out.to(O.dtype.element_ty), mask=in_q[:, None] & (offs_d[None, :] < HEAD_DIM))
+    l_ptrs = LSE + b64 * stride_lb + h.to(tl.int64) * stride_lh + (q_start + offs_m).to(tl.int64) * stride_ls
+    tl.store(l_ptrs, lse, mask=in_q)
 
 
 # --------------------------------------------------------------------------------------
@@ -350,13 +295,10 @@ class AttentionConfig:
     num_stages: int = 3
     use_tma: bool = False
     warp_specialize: bool = False
-    persistent: bool = False  # grid of programs_per_sm * SMs programs striding over the tiles
-    programs_per_sm: int = 2
 
     def label(self) -> str:
         return (f"m{self.block_m}n{self.block_n}w{self.num_warps}s{self.num_stages}"
-                + ("-tma" if self.use_tma else "") + ("-ws" if self.warp_specialize else "")
-                + (f"-p{self.programs_per_sm}" if self.persistent else ""))
+                + ("-tma" if self.use_tma else "") + ("-ws" if self.warp_specialize else ""))
 
 
 def attention_configs(head_dim: int) -> list[AttentionConfig]:
@@ -516,10 +458,8 @@ def fp8_attention(
     """
     v_transposed = _check_v_layout(v, v_layout)
     v_for_check = v if v.stride(-1) == 1 else torch.empty(v.shape[-1], dtype=v.dtype, device=v.device).expand(v.shape)
-    shape = check_attention_inputs(
-        q, k, v_for_check, q_descale=q_descale, k_descale=k_descale, v_descale=v_descale,
-        cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
-    )
+    shape = _check_inputs(q, k, v_for_check, (q_descale, k_descale, v_descale),
+                          cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
     _check_kernel_support(q, shape)
     d = shape.head_dim
     d_pad = triton.next_power_of_2(d)
@@ -555,8 +495,7 @@ def fp8_attention(
         k_arg, v_arg = descs if descs is not None else (k, v)
         n_m = triton.cdiv(max_sq, cfg.block_m)
         bh = shape.batch * shape.heads_q
-        n_tiles = n_m * bh
-        grid = (min(n_tiles, cfg.programs_per_sm * _sm_count(dev)) if cfg.persistent else n_tiles,)
+        grid = (n_m * bh,)
         _fp8_attention_fwd[grid](
             q, k_arg, v_arg, out, lse, qd, kd, vd, cu_q, cu_k,
             batch_strides(q), q4.stride(1), q4.stride(2),
@@ -573,7 +512,6 @@ def fp8_attention(
             CAUSAL=bool(causal), VARLEN=shape.varlen,
             USE_TMA=descs is not None, V_TRANSPOSED=v_transposed, WARP_SPECIALIZE=cfg.warp_specialize,
             MAX_OFFSET=float(max_offset), ROUND_IN_FP32=round_p,
-            n_tiles=n_tiles, PERSISTENT=cfg.persistent,
             num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         )
     elif out.numel() > 0:
@@ -584,13 +522,6 @@ def fp8_attention(
     return (out, lse) if return_lse else out
 
 
-def _sm_count(device: torch.device) -> int:
-    """Streaming multiprocessors of `device` (4 under the interpreter, to exercise striding)."""
-    if device.type != "cuda":
-        return 4
-    return torch.cuda.get_device_properties(device).multi_processor_count
-
-
 L2_BUDGET_BYTES = 24 << 20  # about half the H100/H200 L2 (50 MB): room for K/V of a chunk plus Q/O traffic
 
 
@@ -599,6 +530,30 @@ def heads_per_chunk(seqlen_k: int, head_dim: int, group: int, batch_heads: int) 
     per kv head, shared by `group` query heads) should fit in `L2_BUDGET_BYTES`."""
     per_kv_head = max(1, 2 * seqlen_k * head_dim)
     return int(min(batch_heads, max(1, L2_BUDGET_BYTES // per_kv_head) * group))
+
+
+def _check_inputs(q, k, v, descales, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k) -> AttentionShape:
+    """`check_attention_inputs`, without reading GPU descale values back.
+
+    `check_descale` checks that descales are finite and > 0, which on a GPU costs a device
+    sync per descale and call (measured: it idles the GPU while Python prepares the launch).
+    For CUDA descales we check dtype, shape and device only, as FA3 does, and leave the
+    values to the caller; CPU descales (the interpreter) are checked in full.
+    """
+    on_gpu = q.device.type == "cuda"
+    shape = check_attention_inputs(
+        q, k, v, **({} if on_gpu else dict(zip(("q_descale", "k_descale", "v_descale"), descales))),
+        cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
+    )
+    if on_gpu:
+        for name, d in zip(("q_descale", "k_descale", "v_descale"), descales):
+            if d is None:
+                continue
+            if isinstance(d, torch.Tensor) and d.device != q.device:
+                raise ValueError(f"{name}: expected it on {q.device} like q, got {d.device}")
+            host = torch.ones((), dtype=d.dtype).expand(d.shape) if isinstance(d, torch.Tensor) else d
+            check_descale(name, host, shape.batch, shape.heads_kv)  # dtype and shape, on a host stand-in
+    return shape
 
 
 def _check_kernel_support(q: torch.Tensor, shape: AttentionShape) -> None:

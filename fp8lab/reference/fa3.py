@@ -125,8 +125,10 @@ class AccumulatorModel:
 
 
 _ROUND = {"truncate": torch.trunc, "floor": torch.floor, "nearest": torch.round}
-# Largest product tensor (elements) that alignment="product" materializes at once.
-_PRODUCT_ELEMENTS = 1 << 26
+# Largest product tensor (elements) that alignment="product" materializes at once:
+# small on the CPU (cache-sized pieces are faster there), large on a GPU (fewer launches).
+_PRODUCT_ELEMENTS = 1 << 24
+_PRODUCT_ELEMENTS_CUDA = 1 << 26
 
 
 def _quantum(ref: torch.Tensor, bits: int) -> torch.Tensor:
@@ -159,14 +161,17 @@ def mma(a: torch.Tensor, b: torch.Tensor, acc: torch.Tensor | None, model: Accum
             out = torch.where(ref > 0, rnd(total / q) * q, total)
             continue
         per_row = max(1, out[..., :1, :].numel() * ac.shape[-1])  # product elements per output row
-        step = max(1, _PRODUCT_ELEMENTS // per_row)
+        step = max(1, (_PRODUCT_ELEMENTS_CUDA if a.is_cuda else _PRODUCT_ELEMENTS) // per_row)
         parts = []
         for r0 in range(0, rows, step):
             o = out[..., r0:r0 + step, :]
             prods = ac[..., r0:r0 + step, :, None] * bc[..., None, :, :]  # (..., r, k, cols), exact
-            ref = torch.maximum(o.abs(), prods.abs().amax(dim=-2))
+            ref = torch.maximum(o.abs(), torch.maximum(prods.amax(dim=-2), -prods.amin(dim=-2)))
             q = _quantum(torch.where(ref > 0, ref, torch.ones_like(ref)), model.mantissa_bits)
-            parts.append(rnd(o / q) * q + (rnd(prods / q[..., None, :]) * q[..., None, :]).sum(dim=-2))
+            inv = 1.0 / q  # a power of two: multiplying by it is exact
+            prods.mul_(inv[..., None, :])
+            # the cut values are integers (units of q) below 2^(bits + 6): their sum is exact
+            parts.append((rnd(o * inv) + rnd(prods).sum(dim=-2)) * q)
         out = torch.cat(parts, dim=-2)
     return out
 

@@ -13,7 +13,7 @@ import torch
 
 from fp8lab import metrics
 from fp8lab.scaling.checkpoint import resolve_checkpoint_scales
-from fp8lab.scaling.strategy import ScaleStrategy, dequantize, quantize, quantize_with_descale
+from fp8lab.scaling.strategy import ScaleStrategy, dequantize, descale_from_amax, quantize, quantize_with_descale
 
 __all__ = ["METRIC_NAMES", "compare_strategies", "delayed_trace", "fallback_sweep"]
 
@@ -91,6 +91,7 @@ def fallback_sweep(
     """The cost of vLLM's q_scale defect: attention error as Q's range sweeps `q_amaxes`.
 
     K and V get calibrated per-tensor checkpoint scales (amax/448); the checkpoint has no q_scale.
+    q_saturated is the fraction of Q's elements beyond 448 · q_descale (clamped).
     For each target amax, Q and K are both rescaled to it (the premise of the k_scale fallback is
     that a layer's Q and K share a range) and the softmax scale is divided by the same factor
     squared, so the exact attention is the same at every point and only what FP8 sees moves.
@@ -111,10 +112,11 @@ def fallback_sweep(
         qs, ks = q.double() * cq, k.double() * ck
         scale = base_scale / (cq * ck)
         ref = attention_exact(qs, ks, v.double(), causal=causal, softmax_scale=scale)
-        k_scale = ks.abs().max().item() / e4m3_max
-        v_scale = v.double().abs().max().item() / e4m3_max
+        # calibrated per-tensor scales amax / 448, as float32 rounded up (nothing saturates)
+        k_scale = descale_from_amax(ks.abs().max(), e4m3_max).item()
+        v_scale = descale_from_amax(v.double().abs().max(), e4m3_max).item()
         ckpt = {"k_scale": k_scale, "v_scale": v_scale}
-        choices = {"ideal": qs.abs().max().item() / e4m3_max}
+        choices = {"ideal": descale_from_amax(qs.abs().max(), e4m3_max).item()}
         for mode in ("intended", "vllm"):
             choices[mode] = resolve_checkpoint_scales(ckpt, emulate=mode, warn=False).q
         k8 = quantize_with_descale(ks, torch.tensor(k_scale, dtype=torch.float32))

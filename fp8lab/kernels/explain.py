@@ -1,0 +1,125 @@
+"""Helpers that explain the FP8 attention kernel (notebook 08): each FP8 step in numbers,
+and the tuning record read back from results/h200.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pandas as pd
+import torch
+import triton
+import triton.language as tl
+
+from fp8lab.bench import records_frame
+from fp8lab.formats import cast_to_fp8, get_format
+from fp8lab.layout import check_attention_inputs
+from fp8lab.kernels.fp8_rounding import round_to_bf16, round_to_e4m3
+from fp8lab.reference.exact import dequantize
+
+__all__ = ["cast_demo", "folded_scale_error", "p_grid_fractions", "tuning_record", "v_layout_costs"]
+
+
+def _scores(q, k, q_descale, k_descale, softmax_scale):
+    """Exact float64 scores (batch, heads_q, sq, sk) of FP8 q, k with descales, and the head dim."""
+    shape = check_attention_inputs(q, k, k, q_descale=q_descale, k_descale=k_descale)
+    qd = dequantize(q, q_descale, shape.heads_kv)
+    kd = dequantize(k, k_descale, shape.heads_kv).repeat_interleave(shape.group_size, dim=2)
+    scale = shape.head_dim ** -0.5 if softmax_scale is None else softmax_scale
+    return torch.einsum("bqhd,bkhd->bhqk", qd, kd) * scale
+
+
+def folded_scale_error(q, k, q_descale, k_descale, softmax_scale=None) -> float:
+    """Max relative difference between scores computed as FA3 does (raw e4m3 codes, descales
+    folded into the scale) and on dequantized inputs: zero up to float64 rounding, because
+    a per-(batch, kv head) descale factors out of every dot product."""
+    codes = _scores(q, k, None, None, softmax_scale)
+    folded = codes * (q_descale.double() * k_descale.double()).repeat_interleave(
+        q.shape[2] // k.shape[2], dim=1)[:, :, None, None]
+    ref = _scores(q, k, q_descale, k_descale, softmax_scale)
+    return float(((folded - ref).abs().max() / ref.abs().max()).item())
+
+
+def p_grid_fractions(q, k, q_descale=None, k_descale=None, softmax_scale=None,
+                     max_offsets=(0.0, 8.0)) -> pd.DataFrame:
+    """Where P = 2^offset * exp(s - rowmax) lands on the e4m3 grid, for each max offset.
+
+    Uses the final row max (the online softmax's last state). Columns: max_offset,
+    zero (underflows to 0), subnormal (below 2^-6, fewer than 3 mantissa bits), normal,
+    and p_rel_err: ||e4m3(P) - P|| / ||P|| (relative L2 error of the P cast alone).
+    """
+    s = _scores(q, k, q_descale, k_descale, softmax_scale)
+    p1 = torch.exp(s - s.amax(dim=-1, keepdim=True))
+    tiny = get_format("e4m3fn").min_normal
+    rows = []
+    for off in max_offsets:
+        p = p1 * 2.0 ** off
+        p8 = cast_to_fp8(p.float()).double()
+        rows.append(dict(
+            max_offset=off,
+            zero=float((p8 == 0).double().mean()),
+            subnormal=float(((p8 > 0) & (p8 < tiny)).double().mean()),
+            normal=float((p8 >= tiny).double().mean()),
+            p_rel_err=float((p8 - p).norm() / p.norm()),
+        ))
+    return pd.DataFrame(rows)
+
+
+def tuning_record(results_dir: str | Path) -> pd.DataFrame:
+    """Best TFLOP/s of each version's sweep at 2 x 8192 x 32 heads, per (head_dim, causal),
+    pre-transposed V. Columns: version, setting, tflops, config."""
+    sweep = records_frame(results_dir, "sweep")
+    sweep = sweep[sweep["tflops"].notna() & (sweep["layout"] == "transposed")]
+    best = sweep.loc[sweep.groupby(["version", "head_dim", "causal"])["tflops"].idxmax()]
+    best = best.assign(setting=[f"d={int(d)}{' causal' if c else ''}" for d, c in zip(best["head_dim"], best["causal"])])
+    return best[["version", "setting", "tflops", "config"]].reset_index(drop=True)
+
+
+def v_layout_costs(results_dir: str | Path, version: str = "v2") -> pd.DataFrame:
+    """The V layout lesson in numbers (d=128, 2 x 8192 x 32 heads, non-causal): the kernel with
+    natural V, with pre-transposed V, and the one-off cost of pre-transposing V."""
+    sweep = records_frame(results_dir, "sweep")
+    sweep = sweep[(sweep["version"] == version) & (sweep["head_dim"] == 128)]
+    run = sweep[(sweep["causal"] == False) & sweep["ms"].notna()]  # noqa: E712 - pandas mask
+    natural = run[run["layout"] == "natural"].sort_values("ms").iloc[0]
+    transposed = run[(run["layout"] == "transposed") & (run["config"] == natural["config"])]
+    pre = sweep[sweep["config"] == "pretranspose_v"].iloc[0]
+    rows = [dict(what="attention, natural V (transposed per tile in the kernel)", ms=natural["ms"]),
+            dict(what="attention, pre-transposed V", ms=transposed["ms"].iloc[0] if len(transposed) else math.nan),
+            dict(what="pretranspose_v(V) once", ms=pre["ms"])]
+    return pd.DataFrame(rows).assign(config=natural["config"])
+
+
+@triton.jit
+def _cast_kernel(X, PLAIN8, ROUNDED8, PLAIN16, ROUNDED16, N: tl.constexpr):
+    offs = tl.arange(0, N)
+    x = tl.load(X + offs)
+    tl.store(PLAIN8 + offs, x.to(tl.float8e4nv))
+    tl.store(ROUNDED8 + offs, round_to_e4m3(x).to(tl.float8e4nv))
+    tl.store(PLAIN16 + offs, x.to(tl.bfloat16))
+    tl.store(ROUNDED16 + offs, round_to_bf16(x).to(tl.bfloat16))
+
+
+def cast_demo(values: list[float], device: str | torch.device = "cpu") -> pd.DataFrame:
+    """Triton's own fp32 -> e4m3 / bf16 casts against the pre-rounded ones and the reference.
+
+    Under TRITON_INTERPRET=1 the plain casts go wrong (e4m3 when rounding carries into
+    the exponent, bf16 always truncates); on a GPU every column agrees. |values| <= 448.
+    """
+    n = triton.next_power_of_2(max(len(values), 1))
+    x = torch.zeros(n, dtype=torch.float32)
+    x[: len(values)] = torch.tensor(values, dtype=torch.float32)
+    x = x.to(device)
+    outs = [torch.empty(n, dtype=dt, device=device) for dt in (torch.float8_e4m3fn,) * 2 + (torch.bfloat16,) * 2]
+    _cast_kernel[(1,)](x, *outs, N=n)
+    k = len(values)
+    return pd.DataFrame({
+        "x": x[:k].cpu().numpy(),
+        "triton e4m3 cast": outs[0][:k].float().cpu().numpy(),
+        "round_to_e4m3, then cast": outs[1][:k].float().cpu().numpy(),
+        "reference e4m3 (RNE)": cast_to_fp8(x[:k].cpu()).float().numpy(),
+        "triton bf16 cast": outs[2][:k].float().cpu().numpy(),
+        "round_to_bf16, then cast": outs[3][:k].float().cpu().numpy(),
+        "reference bf16 (RNE)": x[:k].cpu().to(torch.bfloat16).float().numpy(),
+    })

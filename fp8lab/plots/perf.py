@@ -1,0 +1,102 @@
+"""Figures for performance (notebooks 07 and 08): one message per figure, labelled axes.
+
+Each `plot_*` takes an optional matplotlib `ax`, draws from a pandas DataFrame
+(as `fp8lab.bench.records_frame` returns it, or built from it) and returns the Axes.
+"""
+
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+import pandas as pd
+import seaborn as sns
+
+__all__ = [
+    "plot_providers",
+    "plot_quant_bandwidth",
+    "plot_ratio",
+    "plot_roofline",
+    "plot_versions",
+    "plot_p_grid",
+]
+
+
+def plot_providers(grid: pd.DataFrame, head_dim: int, ax: plt.Axes | None = None) -> plt.Axes:
+    """Bars: TFLOP/s of each provider per case, one head dim."""
+    ax = ax or plt.subplots(figsize=(9, 3.8))[1]
+    df = grid[(grid["head_dim"] == head_dim) & grid["tflops"].notna()]
+    sns.barplot(data=df, x="case", y="tflops", hue="provider", ax=ax)
+    ax.set_xlabel("batch x seqlen x heads x head_dim (b*s = 16k tokens)")
+    ax.set_ylabel("TFLOP/s (median)")
+    ax.set_title(f"head_dim {head_dim}: FA3 FP8 leads; where our kernel stands")
+    ax.tick_params(axis="x", rotation=20)
+    ax.legend(fontsize=8, ncols=3)
+    return ax
+
+
+def plot_ratio(ratios: pd.DataFrame, target: float = 0.9, ax: plt.Axes | None = None) -> plt.Axes:
+    """Points: our TFLOP/s over FA3 FP8's per case, against the target line."""
+    ax = ax or plt.subplots(figsize=(8, 3.6))[1]
+    sns.pointplot(data=ratios, x="seqlen", y="ratio", hue="head_dim", markers="o", linestyles="-",
+                  palette="viridis", ax=ax)
+    ax.axhline(target, ls="--", color="k", lw=1)
+    ax.text(0.02, target + 0.01, f"target {target}x", transform=ax.get_yaxis_transform())
+    ax.set_xlabel("sequence length (tokens; batch = 16k / seqlen)")
+    ax.set_ylabel("fp8lab / FA3 FP8 (TFLOP/s ratio)")
+    ax.set_title("The target is missed everywhere; long sequences at d=128 come closest")
+    return ax
+
+
+def plot_roofline(points: pd.DataFrame, ceilings: dict[str, float], copy_tbps: float,
+                  ax: plt.Axes | None = None) -> plt.Axes:
+    """Log-log roofline: compute ceilings, the bandwidth slope, measured points by provider.
+
+    points: columns intensity (FLOP/byte), tflops, provider.
+    """
+    import numpy as np
+
+    ax = ax or plt.subplots(figsize=(7, 4.2))[1]
+    x = np.logspace(0, 4.5, 200)
+    for i, (name, peak) in enumerate(sorted(ceilings.items(), key=lambda kv: -kv[1])):
+        ax.plot(x, np.minimum(peak, copy_tbps * x), lw=1, ls=["-", "--", ":", "-."][i % 4], color="gray")
+        ax.text(x[0] * 1.2, peak * 1.04, f"{name}: {peak:.0f}", fontsize=8, color="gray")
+    sns.scatterplot(data=points, x="intensity", y="tflops", hue="provider", style="provider", s=50, ax=ax)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("arithmetic intensity (FLOP per HBM byte)")
+    ax.set_ylabel("TFLOP/s")
+    ax.set_title(f"Attention is far right of the ridge ({copy_tbps} TB/s): compute, not memory, bounds it")
+    return ax
+
+
+def plot_quant_bandwidth(df: pd.DataFrame, copy_tbps: float, ax: plt.Axes | None = None) -> plt.Axes:
+    """Bars: useful bandwidth (bf16 read + e4m3 written once) of each quantization kernel."""
+    ax = ax or plt.subplots(figsize=(7, 3.4))[1]
+    sns.barplot(data=df, y="kernel", x="useful_tbps", hue="version", ax=ax)
+    ax.axvline(copy_tbps, color="k", lw=1)
+    ax.axvline(0.85 * copy_tbps, color="k", lw=1, ls="--")
+    ax.text(0.85 * copy_tbps, -0.6, "85 % of copy", fontsize=8, ha="right")
+    ax.set_xlabel("TB/s counting 2 bytes read + 1 byte written per value")
+    ax.set_ylabel("")
+    ax.set_title("Static scales are copy-speed; dynamic per-head scales need a second pass")
+    return ax
+
+
+def plot_versions(df: pd.DataFrame, ax: plt.Axes | None = None) -> plt.Axes:
+    """Lines: best TFLOP/s per version, one line per (head_dim, causal)."""
+    ax = ax or plt.subplots(figsize=(7, 3.6))[1]
+    sns.lineplot(data=df, x="version", y="tflops", hue="setting", marker="o", ax=ax)
+    ax.set_xlabel("kernel version (docs/kernel-notes.md)")
+    ax.set_ylabel("TFLOP/s at 2 x 8192 x 32 heads")
+    ax.set_title("What each tuning step bought")
+    return ax
+
+
+def plot_p_grid(df: pd.DataFrame, ax: plt.Axes | None = None) -> plt.Axes:
+    """Stacked bars: where P's values land on the e4m3 grid, with and without the max offset."""
+    ax = ax or plt.subplots(figsize=(6.5, 3.4))[1]
+    cols = [c for c in ("zero", "subnormal", "normal") if c in df.columns]
+    df.set_index("max_offset")[cols].plot.barh(stacked=True, ax=ax, color=sns.color_palette("rocket_r", len(cols)))
+    ax.set_xlabel("fraction of P values (after the e4m3 cast)")
+    ax.set_ylabel("max offset")
+    ax.set_title("The offset lifts small probabilities out of e4m3's subnormals")
+    return ax

@@ -1,0 +1,266 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 07 · FP8 attention performance on Hopper
+#
+# How fast are FP8 attention kernels on an H200, how far are they from what the
+# chip can do, and where does our own Triton kernel (`fp8lab.kernels`, notebook 08)
+# stand? Every number here was measured with `scripts/gpu_bench.py` and is read
+# back, with its context, from `results/h200/`.
+#
+# You will learn:
+# - **(a)** to read a benchmark record: providers, cases, medians, and the context they carry;
+# - **(b)** how our kernel compares with FA3 FP8, FA3 bf16 and vLLM's FA3 FP8 varlen path, against the 0.9x target;
+# - **(c)** how two runs on the same card agree (the facts file's table against our run);
+# - **(d)** the roofline: why attention is compute-bound, which ceilings apply (FP8 GEMM, bf16 GEMM, the exp2 unit);
+# - **(e)** what fused FP8 quantization costs against the device copy;
+# - **(f)** an open question: why vLLM's FP8 varlen path is slower.
+
+# %% tags=["parameters"]
+smoke: bool = False  # CI: the same recorded data, nothing heavy either way
+results_dir: str = "auto"  # auto: results/h200 of this checkout
+record_version: str = "v2"  # which run's grid to show (v2: the last complete grid)
+run_live: bool = False  # on a Hopper GPU, also time our kernel on one case now
+live_seqlen: int = 8192  # the live case: batch = 16384 // live_seqlen sequences of this length
+live_head_dim: int = 128
+
+# %% [markdown]
+# *Setup (skippable): imports and paths.*
+
+# %%
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import pandas as pd
+import torch
+
+import fp8lab
+from fp8lab import bench
+from fp8lab.plots import perf as plots
+
+root = Path(fp8lab.__file__).resolve().parents[1]
+rdir = root / "results" / "h200" if results_dir == "auto" else Path(results_dir)
+pd.set_option("display.precision", 2)
+
+
+def record(name, value):
+    try:
+        from fp8lab.notebooks import record as rec
+    except ImportError:
+        return value
+    return rec(name, value)
+
+
+# %% [markdown]
+# ## (a) The record
+#
+# Each `bench_v*_grid.json` holds rows (case, provider, median ms, TFLOP/s) and a
+# `context` block: GPU, driver, torch, triton, fa3-fwd version, date. A number
+# without its context is not a result.
+
+# %%
+grid_all = bench.records_frame(rdir, "grid")
+grid = grid_all[(grid_all["version"] == record_version) & grid_all["tflops"].notna()].copy()
+ctx = bench.load_results(rdir / f"bench_{record_version}_grid.json")["context"]
+print({k: ctx[k] for k in ("gpu", "driver", "torch", "triton", "cuda", "fa3_fwd", "date")})
+table = grid.pivot_table(index="case", columns="provider", values="tflops", sort=False)
+table
+
+# %% [markdown]
+# FLOPs follow FlashAttention's convention, `4·b·s²·h·d`, halved for causal
+# masks. `fp8lab` times the kernel with V already pre-transposed; `fp8lab+transpose`
+# also pays `pretranspose_v` on every call (the V layout lesson of notebook 08).
+
+# %%
+for d in (64, 128, 256):
+    plots.plot_providers(grid, d)
+    plt.show()
+
+# %% [markdown]
+# ## (b) Against the targets
+#
+# The issue asked for at least 0.9x FA3 FP8, and for beating FA3 bf16 and vLLM's FP8
+# varlen path everywhere.
+
+# %%
+ratios = pd.DataFrame(bench.ratio_table(grid.to_dict("records"), "fp8lab", "fa3-fwd FP8"))
+meta = grid.drop_duplicates("case").set_index("case")[["head_dim", "seqlen", "causal"]]
+ratios = ratios.join(meta, on="case")
+beats = table["fp8lab"].gt(table["fa3-fwd bf16"]).rename("beats FA3 bf16").to_frame()
+beats["beats vLLM FP8 varlen"] = table["fp8lab"].gt(table["vLLM FA3 FP8 varlen"])
+summary = ratios.set_index("case")[["ratio"]].join(beats)
+print(f"ratio to FA3 FP8: min {ratios['ratio'].min():.2f}, max {ratios['ratio'].max():.2f}; "
+      f"cases >= 0.9: {(ratios['ratio'] >= 0.9).sum()} of {len(ratios)}")
+print(f"beats FA3 bf16 in {summary['beats FA3 bf16'].sum()} of {len(summary)} cases, "
+      f"vLLM FP8 varlen in {summary['beats vLLM FP8 varlen'].sum()}")
+record("ratio_to_fa3_fp8", dict(zip(ratios["case"], ratios["ratio"].round(3))))
+summary
+
+# %%
+for causal in (False, True):
+    plots.plot_ratio(ratios[ratios["causal"] == causal])
+    plt.title(("causal" if causal else "non-causal") + ": fp8lab / FA3 FP8; the 0.9 target is not reached")
+    plt.show()
+
+# %% [markdown]
+# Read honestly: the target is missed everywhere (docs/kernel-notes.md has the
+# whole record). Long sequences at head dim 128 come closest; head dim 64 and
+# short causal sequences are furthest. Section (d) says why d=64 is hard.
+
+# %% [markdown]
+# ## (c) Two runs on one card
+#
+# `fp8-attention-facts.md` (section 6) holds an earlier table from the same H200.
+# Where a case appears in both, FA3's numbers say how much a run-to-run spread
+# to expect before calling a difference real.
+
+# %%
+facts = pd.DataFrame(bench.FACTS_H200)
+ours_fa3 = grid_all[grid_all["provider"] == "fa3-fwd FP8"].pivot_table(
+    index="case", columns="version", values="tflops", sort=False)
+common = facts[facts["case"] == "1x16384x32x128"][["case", "fa3-fwd FP8", "fa3-fwd bf16", "minimal Triton FP8"]]
+print("facts file, 1x16384x32x128 non-causal:")
+print(common.to_string(index=False))
+print("our runs, FA3 FP8 at 1x16384x32x128:", ours_fa3.loc["1x16384x32x128"].round(0).to_dict())
+facts
+
+# %% [markdown]
+# FA3 FP8 measured 903 TFLOP/s in the facts run and 872-904 in ours: a few per cent
+# between runs. Differences between our kernel versions smaller than that are noise.
+
+# %% [markdown]
+# ## (d) The roofline
+#
+# Attention at these lengths performs thousands of FLOPs per byte of HBM traffic
+# (Q, K, V read once in FP8, O written in bf16), so bandwidth is never the limit;
+# the compute ceilings are. Two are measured on this card (FP8 and bf16 GEMM);
+# a third is a model: every score needs one `exp2`, and the SM's special-function
+# unit does 16 per clock, which caps attention at `132 SMs x 1.98 GHz x 16 x 4d` FLOP/s.
+
+# %%
+copy_tbps = bench.H200_COPY_TBPS["measured copy (facts file)"]
+cases = {c.label(): c for c in bench.bench_grid()}
+pts = grid[grid["provider"].isin(["fp8lab", "fa3-fwd FP8", "fa3-fwd bf16"])].copy()
+pts["intensity"] = [bench.attention_intensity(cases[c]) for c in pts["case"]]
+plots.plot_roofline(pts, bench.H200_CEILINGS, copy_tbps)
+plt.show()
+exp2 = pd.DataFrame({"head_dim": [64, 128, 256]})
+exp2["exp2 ceiling (model)"] = [bench.exp2_ceiling_tflops(d) for d in exp2["head_dim"]]
+exp2["FP8 GEMM ceiling"] = bench.H200_CEILINGS["FP8 GEMM (torch._scaled_mm, 8192^3)"]
+exp2["best FA3 FP8"] = [grid[(grid["head_dim"] == d) & (grid["provider"] == "fa3-fwd FP8")]["tflops"].max()
+                        for d in exp2["head_dim"]]
+exp2["best fp8lab"] = [grid[(grid["head_dim"] == d) & (grid["provider"] == "fp8lab")]["tflops"].max()
+                       for d in exp2["head_dim"]]
+exp2
+
+# %% [markdown]
+# At head dim 64 the exp2 ceiling (about 1070 TFLOP/s) sits below the FP8 GEMM
+# ceiling, and the softmax's other per-score work (scale, max, sum, the P cast)
+# runs on the same SM: only a kernel that overlaps softmax with the MMAs gets close.
+# FA3 does that with ping-pong warpgroups; our Triton kernel only gets the overlap
+# that two co-resident programs per SM give it.
+
+# %% [markdown]
+# ## (e) Fused quantization against the copy
+#
+# A quantization kernel reads bf16 (2 bytes) and writes e4m3 (1 byte). "Useful"
+# bandwidth counts those 3 bytes once; a device copy of bf16 counts 4.
+
+# %%
+quant = bench.records_frame(rdir, "quant")
+quant = quant[quant["kernel"].notna() & ~quant["kernel"].str.contains("tile=|copy", regex=True)]
+copy_measured = bench.records_frame(rdir, "quant").query("kernel == 'copy bf16->bf16 (torch)'")["tbps"].median()
+plots.plot_quant_bandwidth(quant, copy_measured)
+plt.show()
+quant.pivot_table(index="kernel", columns="version", values="frac_copy", sort=False)
+
+# %% [markdown]
+# Static scales (vLLM's Q path) run at copy speed. Per-head and per-tensor dynamic
+# scales need the amax of data that does not fit on chip before the first value can
+# be cast: two passes, 5 bytes per value. v3 was a noisy run (the host was slower:
+# these 50-100 us kernels are partly launch-bound), so compare within a version.
+
+# %% [markdown]
+# ## (f) Open: why is vLLM's FP8 varlen path slower?
+
+# %%
+vl = grid.pivot_table(index="case", columns="provider", values="tflops", sort=False)[
+    ["fa3-fwd FP8", "vLLM FA3 FP8 varlen"]]
+vl["vLLM / fa3-fwd"] = vl["vLLM FA3 FP8 varlen"] / vl["fa3-fwd FP8"]
+record("vllm_over_fa3_fp8", dict(zip(vl.index, vl["vLLM / fa3-fwd"].round(3))))
+vl
+
+# %% [markdown]
+# vLLM's FA3 FP8, called through its varlen entry, runs at about 0.35x fa3-fwd at
+# head dim 256 and 0.75-0.85x at 64 and 128, on identical inputs. We did not find out
+# why: it needs device time we did not have. The experiment that splits the question:
+# time fa3-fwd's own `flash_attn_varlen_func` on the same inputs. If it is also slow,
+# the varlen path is (tile sizes or scheduling for varlen FP8); if not, vLLM's build
+# is (which kernels it instantiates for FP8, e.g. no in-kernel V transpose at d=256).
+
+# %% [markdown]
+# ## Live (optional, Hopper only)
+
+# %%
+if run_live and torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9:
+    from fp8lab.kernels import fp8_attention, pretranspose_v, quantize_fp8
+
+    b, s, d = 16384 // live_seqlen, live_seqlen, live_head_dim
+    x = [torch.randn(b, s, 32, d, device="cuda", dtype=torch.bfloat16) for _ in range(3)]
+    (q, qd), (k, kd), (v, vd) = (quantize_fp8(t, "head") for t in x)
+    vt = pretranspose_v(v)
+    ms = bench.median_ms(lambda: fp8_attention(q, k, vt, qd, kd, vd))
+    print(f"live: {bench.tflops(bench.attention_flops(b, s, s, 32, d, False), ms):.0f} TFLOP/s")
+else:
+    print("live timing skipped (needs run_live=True and a Hopper GPU)")
+
+# %% [markdown]
+# ## Summary
+#
+# - Benchmark rows carry their context; medians of many runs; FA3 repeats within a few per cent.
+# - Our Triton FP8 kernel reaches 0.43-0.87x FA3 FP8; it beats FA3 bf16 and vLLM's FP8 path
+#   at head dim 256 and for long sequences at 128, not at 64.
+# - Attention is compute-bound; at small head dims the exp2 unit, not the tensor cores, is the wall.
+# - Static-scale quantization runs at copy speed; dynamic per-head scales cost a second pass.
+# - Open: vLLM's FP8 varlen path at head dim 256.
+#
+# ## Exercises
+#
+# 1. What is the arithmetic intensity (FLOP per HBM byte) of the case `4x4096x32x64`
+#    (non-causal)? Set `answer_1` (a number).
+# 2. Below which head dim is the exp2 model ceiling lower than the measured FP8 GEMM
+#    ceiling? Set `answer_2` to the largest power of two for which it is lower.
+# 3. In how many of the 18 recorded cases does our kernel beat FA3 bf16? Set `answer_3`.
+
+# %%
+answer_1 = None  # FLOP per byte
+answer_2 = None  # a head dim
+answer_3 = None  # a count
+
+# %% tags=["solution", "hide-input"]
+# Solution (collapsed): computed, not typed in.
+if answer_1 is None:
+    answer_1 = bench.attention_intensity(cases["4x4096x32x64"])
+if answer_2 is None:
+    gemm = bench.H200_CEILINGS["FP8 GEMM (torch._scaled_mm, 8192^3)"]
+    answer_2 = max(d for d in (16, 32, 64, 128, 256) if bench.exp2_ceiling_tflops(d) < gemm)
+if answer_3 is None:
+    answer_3 = int(summary["beats FA3 bf16"].sum())
+
+# %%
+c = cases["4x4096x32x64"]
+assert abs(answer_1 - c.flops() / bench.attention_bytes(c.batch, c.seqlen, c.heads_q, c.heads_kv, c.head_dim)) < 1e-6
+assert bench.exp2_ceiling_tflops(answer_2) < bench.H200_CEILINGS["FP8 GEMM (torch._scaled_mm, 8192^3)"] \
+    <= bench.exp2_ceiling_tflops(2 * answer_2), "the largest such head dim"
+assert answer_3 == int((table["fp8lab"] > table["fa3-fwd bf16"]).sum())
+print(f"1: {answer_1:.0f} FLOP/byte   2: head_dim {answer_2}   3: {answer_3} cases")
