@@ -58,6 +58,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
 import fp8lab  # noqa: E402
+from fp8lab import bench  # noqa: E402
 from fp8lab.formats import cast_to_fp8, get_format  # noqa: E402
 from fp8lab.kernels import attention as A  # noqa: E402
 from fp8lab.kernels import explain, fp8_attention, pretranspose_v, quantize_fp8  # noqa: E402
@@ -136,7 +137,7 @@ errors
 # docs/kernel-notes.md). The recorded GPU check:
 
 # %%
-corr = fp8lab.bench.records_frame(rdir, "correctness")
+corr = bench.records_frame(rdir, "correctness")
 corr = corr[(corr["version"] == "v2") & (corr["variant"] == "transposed")]
 corr[["case", "ours_vs_emu", "emu_vs_exact", "ratio", "fa3_vs_emu"]]
 

@@ -287,3 +287,12 @@ def test_recorded_fidelity_parses_and_meets_the_target_with_the_accumulator_mode
     lr = long_context_record(rec)
     fa3, emu = lr.loc[("v_offset", "fa3-fwd")], lr.loc[("v_offset", "emulation acc_m13_pv")]
     assert float(((fa3 - emu).abs() / fa3).max()) < 0.01
+
+
+def test_mma_with_tiny_float64_values_stays_finite():
+    a = torch.tensor([[1e-300, 2e-310, 0.0]], dtype=torch.float64)
+    b = torch.tensor([[1.0], [3.0], [5.0]], dtype=torch.float64)
+    for alignment in ("product", "sum"):
+        out = mma(a, b, None, AccumulatorModel(13, alignment=alignment))
+        assert bool(torch.isfinite(out).all())
+        torch.testing.assert_close(out, a @ b, rtol=1e-3, atol=0)

@@ -1,9 +1,9 @@
 """fp8lab.kernels.fp8_attention against the FA3 emulation and float64 attention.
 
 On a CPU the kernel runs in Triton's interpreter (tests/conftest.py sets
-TRITON_INTERPRET=1 before triton is imported), so shapes are tiny. The bound is
-relative: |kernel - emulation| must be far below the emulation's own error
-against exact attention (under the interpreter the two agree bit for bit).
+TRITON_INTERPRET=1 before triton is imported), so shapes are tiny, and the kernel
+must equal the emulation bit for bit. On a GPU the bound is relative:
+|kernel - emulation| well below the emulation's own error against exact attention.
 """
 
 from __future__ import annotations
@@ -45,7 +45,10 @@ def check_against_emulation(q, k, v, ds, **kw) -> None:
     assert torch.isfinite(out).all()
     emu_err = rel_l2(emu, exact)
     assert emu_err > 1e-3  # the FP8 steps do cost accuracy: the bound below is not vacuous
-    assert rel_l2(out, emu) <= 0.25 * emu_err, (rel_l2(out, emu), emu_err)
+    if DEV == "cpu":  # the interpreter, with P and the output rounded in fp32: the same bits
+        assert torch.equal(out, emu)
+    else:  # ex2.approx, FMA contraction, sum order; FA3 itself sits at 0.24-0.70 of emu_err
+        assert rel_l2(out, emu) <= 0.6 * emu_err, (rel_l2(out, emu), emu_err)
     # lse is not quantized: it must match exact attention's to float32 accuracy,
     # with -inf exactly where a row sees no key.
     assert torch.equal(torch.isinf(lse), torch.isinf(exact_lse))
@@ -119,9 +122,9 @@ def test_max_offset_switch_matches_emulation():
     q, k, v = fp8(gen, 1, 16, 2, 32, scale=3.0), fp8(gen, 1, 128, 2, 32, scale=3.0), fp8(gen, 1, 128, 2, 32)
     ds = [(torch.rand(1, 2, generator=gen) * 0.4 + 0.3).to(DEV) for _ in range(3)]
     out0 = fp8_attention(q, k, v, *ds, max_offset=0.0)
-    emu0 = attention_fa3_fp8(q, k, v, *ds, block_n=16, max_offset=0.0)
+    emu0 = attention_fa3_fp8(q, k, v, *ds, block_n=A.default_config(32).block_n, max_offset=0.0)
     exact = attention_exact(q, k, v, q_descale=ds[0], k_descale=ds[1], v_descale=ds[2])
-    assert rel_l2(out0, emu0) <= 0.25 * rel_l2(emu0, exact)
+    assert rel_l2(out0, emu0) <= 0.6 * rel_l2(emu0, exact)  # 0 under the interpreter
     assert rel_l2(out0, exact) > 1.02 * rel_l2(fp8_attention(q, k, v, *ds), exact)
 
 
@@ -129,8 +132,8 @@ def test_softmax_scale_and_no_descales():
     gen = torch.Generator().manual_seed(14)
     q, k, v = fp8(gen, 1, 20, 2, 32), fp8(gen, 1, 20, 2, 32), fp8(gen, 1, 20, 2, 32)
     out = fp8_attention(q, k, v, softmax_scale=0.05)
-    emu = attention_fa3_fp8(q, k, v, softmax_scale=0.05, block_n=16)
-    assert rel_l2(out, emu) <= 0.25 * rel_l2(emu, attention_exact(q, k, v, softmax_scale=0.05))
+    emu = attention_fa3_fp8(q, k, v, softmax_scale=0.05, block_n=A.default_config(32).block_n)
+    assert rel_l2(out, emu) <= 0.6 * rel_l2(emu, attention_exact(q, k, v, softmax_scale=0.05))
 
 
 @pytest.mark.parametrize(
@@ -165,6 +168,22 @@ def test_bad_options_are_rejected():
         fp8_attention(q, k, v, None, torch.ones(2, 2, device=DEV))
     with pytest.raises(ValueError, match="> 0"):
         fp8_attention(q, k, v, torch.zeros(1, 2, device=DEV))
+
+
+def test_explain_helpers():
+    from pathlib import Path
+
+    from fp8lab.kernels import explain
+
+    gen = torch.Generator().manual_seed(17)
+    q, k = fp8(gen, 1, 16, 2, 32, scale=3.0), fp8(gen, 1, 64, 1, 32, scale=3.0)
+    qd, kd = torch.full((1, 1), 0.5, device=DEV), torch.full((1, 1), 0.7, device=DEV)  # peaked scores
+    frac = explain.p_grid_fractions(q, k, qd, kd)
+    assert frac.loc[0, "zero"] > frac.loc[1, "zero"]  # the offset rescues underflowing P
+    assert abs(frac[["zero", "subnormal", "normal"]].sum(axis=1) - 1).max() < 1e-12
+    assert explain.folded_scale_error(q, k, qd, kd) < 1e-12
+    rec = explain.tuning_record(Path(__file__).parents[1] / "results" / "h200")
+    assert {"v1", "v2"} <= set(rec["version"]) and (rec["tflops"] > 100).all()
 
 
 def test_configs_are_named_and_small():

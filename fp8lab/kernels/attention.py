@@ -46,6 +46,20 @@ diagonal band and a ragged tail), then the fully visible ones without any
 masking work ("on-band split"); blocks wholly above the diagonal are skipped.
 Together the two phases visit the blocks in exactly the reverse order the
 FA3 emulation in `fp8lab.reference` uses (``reverse_blocks=True``).
+
+Scheduling: one program per (query block, batch x head), on a 1-D grid that
+takes heads in chunks whose K and V fit in L2, longest query blocks first.
+
+Speed on an H200 (docs/kernel-notes.md, notebook 07): 0.43-0.87x FA3's FP8
+kernel. The levers that mattered: V pre-transposed (2.6x), 4-warp programs
+(two per SM, overlapping one's softmax with the other's MMAs), per-head-dim
+block sizes. TMA descriptors (``use_tma``) and Triton's warp specialization
+(``warp_specialize``) are kept as switches; they measured no gain.
+
+Under ``TRITON_INTERPRET=1`` (CI on a CPU) P and the output are rounded in
+float32 before their casts (`fp8lab.kernels.fp8_rounding`), because the
+interpreter's fp32 -> e4m3 and fp32 -> bf16 casts are wrong; the kernel then
+equals the emulation bit for bit.
 """
 
 from __future__ import annotations
@@ -108,7 +122,7 @@ def _attend_block(
             load_mask = in_k[:, None] & d_ok
         else:
             load_mask = d_ok
-    if USE_TMA:  # out-of-range rows come back as zeros (descriptor bounds)
+    if USE_TMA:  # rows past the tensor read as zeros; past a varlen sequence, they are masked below
         k = K.load([tma_b, k_start + n0, hk, 0]).reshape(BLOCK_N, HEAD_DIM_PAD)
     else:
         if load_mask is None:
@@ -128,7 +142,8 @@ def _attend_block(
     alpha = tl.math.exp2((m_i - m_use) * scale_log2)
     l_i = l_i * alpha + tl.sum(p, 1)  # the row sum uses the float32 P, as FA3 does
     acc = acc * alpha[:, None]
-    if ROUND_IN_FP32:  # FP8 step 3: the interpreter's cast is wrong on carries; pre-round so it is exact
+    # FP8 step 3: P to e4m3, nearest even (P <= 256 < 448: never saturates).
+    if ROUND_IN_FP32:  # the interpreter's cast is wrong on carries: pre-round so the cast is exact
         p = round_to_e4m3(p)
     p8 = p.to(tl.float8e4nv)
     # FP8 step 4: the wgmma B operand must be key-contiguous.
@@ -302,18 +317,18 @@ class AttentionConfig:
 
 
 def attention_configs(head_dim: int) -> list[AttentionConfig]:
-    """The small candidate set `tune_attention` times for a head dim (Hopper sizes).
+    """The small candidate set `tune_attention` times for a head dim (Hopper sizes, from the
+    H200 sweeps in docs/kernel-notes.md; TMA and warp specialization measured no gain there).
 
-    The S tile (block_m x block_n fp32) and the accumulator (block_m x head_dim fp32)
-    live in registers, so large head dims take smaller key blocks.
+    The S tile (block_m x block_n fp32) and the accumulator (block_m x head_dim fp32) live in
+    registers, so large head dims take smaller key blocks; 4 warps let two programs share an SM.
     """
+    C = AttentionConfig
     if head_dim <= 64:
-        shapes = [(128, 128, 8), (128, 64, 4), (128, 128, 4)]
-    elif head_dim <= 128:
-        shapes = [(128, 128, 8), (128, 64, 4), (128, 64, 8)]
-    else:
-        shapes = [(128, 64, 8), (128, 32, 8), (64, 64, 4)]
-    return [AttentionConfig(m, n, w, s, tma) for (m, n, w) in shapes for s in (2, 3) for tma in (False, True)]
+        return [C(128, 128, 4, 3), C(128, 128, 4, 4), C(64, 128, 4, 3), C(128, 64, 4, 3)]
+    if head_dim <= 128:
+        return [C(128, 128, 4, 3), C(128, 64, 4, 3), C(64, 128, 4, 3), C(128, 128, 8, 3)]
+    return [C(128, 64, 8, 3), C(128, 64, 8, 4), C(64, 64, 4, 3), C(128, 32, 8, 3)]
 
 
 # Winners of the H200 sweep at 2 x 8192 x 32 heads (scripts/gpu_bench.py, v2 in docs/kernel-notes.md),
@@ -326,7 +341,6 @@ _MEASURED_DEFAULTS: dict[tuple[int, bool], AttentionConfig] = {
     (256, False): AttentionConfig(128, 64, 8, 4),
     (256, True): AttentionConfig(128, 64, 8, 3),
 }
-_TUNED: dict[tuple, AttentionConfig] = {}
 _INTERPRETER_CONFIG = AttentionConfig(block_m=16, block_n=16, num_warps=4, num_stages=1)
 
 
@@ -357,7 +371,9 @@ def pretranspose_v(v: torch.Tensor) -> torch.Tensor:
         return v.permute(0, 2, 3, 1).contiguous().permute(0, 3, 1, 2)
     if v.dim() == 3:
         return v.permute(1, 2, 0).contiguous().permute(2, 0, 1)
-    raise ValueError(f"v: expected (batch, seqlen, heads, head_dim) or (total, heads, head_dim), got {tuple(v.shape)}")
+    raise ValueError(
+        f"v: expected (batch, seqlen, heads, head_dim) or (total, heads, head_dim), got {tuple(v.shape)}"
+    )
 
 
 def v_layout_of(v: torch.Tensor) -> str:
@@ -582,17 +598,20 @@ def tune_attention(
     """Time `configs` (default `attention_configs(head_dim)`) on these inputs; return the
     fastest and {label: median ms}. Configs that fail to compile are skipped.
 
-    The winner is remembered for (head_dim, causal, group size, V layout), and becomes
-    `fp8_attention`'s default for them in this process.
+    The winner becomes `fp8_attention`'s default for (head_dim, causal) in this process
+    (the block size changes the accumulation order, hence the last bits of the output).
     """
     from triton.testing import do_bench
 
+    if q.device.type != "cuda":
+        raise ValueError(f"tune_attention times kernels on a GPU; got tensors on {q.device}")
     d = q.shape[-1]
     times: dict[str, float] = {}
     best: AttentionConfig | None = None
     for cfg in configs or attention_configs(d):
         try:
-            ms = do_bench(lambda: fp8_attention(q, k, v, causal=causal, config=cfg, **kwargs), warmup=25, rep=100)
+            ms = do_bench(lambda: fp8_attention(q, k, v, causal=causal, config=cfg, **kwargs),
+                          warmup=25, rep=100, return_mode="median")
         except Exception:  # noqa: BLE001 - a config the compiler rejects (e.g. out of shared memory)
             continue
         times[cfg.label()] = ms
@@ -600,7 +619,5 @@ def tune_attention(
             best = cfg
     if best is None:
         raise RuntimeError("tune_attention: no configuration compiled")
-    key = (triton.next_power_of_2(d), causal)
-    _TUNED[key + (q.shape[-2] // k.shape[-2], v_layout_of(v))] = best
-    _MEASURED_DEFAULTS[key] = replace(best)
+    _MEASURED_DEFAULTS[(triton.next_power_of_2(d), causal)] = replace(best)
     return best, times

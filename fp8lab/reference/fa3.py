@@ -134,7 +134,8 @@ _PRODUCT_ELEMENTS_CUDA = 1 << 26
 def _quantum(ref: torch.Tensor, bits: int) -> torch.Tensor:
     """2^(e - bits) where 2^e is the leading bit of ref (ref > 0), float64."""
     _, e = torch.frexp(ref)  # ref = mant * 2^e, mant in [0.5, 1): leading bit 2^(e-1)
-    return torch.ldexp(torch.ones_like(ref), (e - 1 - bits).to(torch.float64))
+    # below fp32's range nothing is cut; the clamp keeps 1/quantum finite in float64
+    return torch.ldexp(torch.ones_like(ref), (e - 1 - bits).clamp(min=-1022).to(torch.float64))
 
 
 # Hopper's FP8 MMA as measured on an H200 (results/h200/fidelity.json, accumulator_study):

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["normalize_window", "visible"]
+__all__ = ["key_range", "normalize_window", "visible"]
 
 
 def normalize_window(causal: bool, window_size: tuple[int, int] | list[int] | None) -> tuple[int, int]:
