@@ -196,18 +196,22 @@ def _default_kernel() -> str:
 
 
 def _failed_cell(exc: Exception, output_nb: Path) -> str:
-    """'cell N (first line of its source): ErrorName: message' for a papermill failure."""
+    """'cell N (first line of its source): ErrorName: message' for a papermill failure.
+
+    N counts the notebook's own cells (papermill's injected-parameters cell excluded).
+    """
     import nbformat
 
-    index = getattr(exc, "cell_index", None)
-    first = ""
-    if index is not None and output_nb.exists():
-        cells = nbformat.read(output_nb, as_version=4).cells
-        if 0 <= index < len(cells):
-            first = cells[index].source.strip().splitlines()[0] if cells[index].source.strip() else ""
-    where = f"cell {index}" if index is not None else "a cell"
     what = f"{getattr(exc, 'ename', type(exc).__name__)}: {getattr(exc, 'evalue', exc)}"
-    return f"{where} ({first[:80]}): {what}" if first else f"{where}: {what}"
+    if not output_nb.exists():
+        return what
+    cells = [c for c in nbformat.read(output_nb, as_version=4).cells
+             if not {"injected-parameters", "papermill-error-cell-tag"} & set(c.metadata.get("tags", []))]
+    for index, cell in enumerate(cells):
+        if cell.cell_type == "code" and any(o.get("output_type") == "error" for o in cell.get("outputs", [])):
+            first = cell.source.strip().splitlines()[0] if cell.source.strip() else ""
+            return f"cell {index} ({first[:80]}): {what}"
+    return f"a cell: {what}"
 
 
 def _to_html(executed: Path) -> Path:

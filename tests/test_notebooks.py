@@ -58,3 +58,22 @@ def test_record_rejects_bad_input():
 def test_unknown_notebook_name():
     with pytest.raises(ValueError, match="unknown notebook 'nope'"):
         notebooks.run_notebooks(["nope"], smoke=True)
+
+
+def test_runner_names_the_failing_cell(tmp_path, monkeypatch):
+    """A failing notebook is reported with its name, the cell and the error, and the run goes on."""
+    import shutil
+
+    nb_dir = tmp_path / "notebooks"
+    nb_dir.mkdir()
+    source = NB_DIR / "00_quickstart.ipynb"
+    nb = nbformat.read(source, as_version=4)
+    params = next(i for i, c in enumerate(nb.cells) if "parameters" in c.metadata.get("tags", []))
+    nb.cells = nb.cells[: params + 1] + [nbformat.v4.new_code_cell("x = 1"), nbformat.v4.new_code_cell("raise KeyError('boom')")]
+    nbformat.write(nb, nb_dir / "00_quickstart.ipynb")
+    shutil.copy(NB_DIR / "06_fp8_kv_cache.ipynb", nb_dir)
+    monkeypatch.setenv("FP8LAB_NOTEBOOKS", str(nb_dir))
+    (result,) = notebooks.run_notebooks(["00"], smoke=True, out_dir=tmp_path / "out", progress=False)
+    assert not result.ok
+    assert result.error.startswith(f"cell {params + 2} (raise KeyError('boom')): KeyError")
+    assert (tmp_path / "out" / "index.html").exists() and (tmp_path / "out" / "summary.json").exists()
