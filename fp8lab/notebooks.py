@@ -330,6 +330,8 @@ def run_script(name: str, **parameters: object) -> dict[str, object]:
     import matplotlib
 
     matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
     source = (notebooks_dir() / f"{_spec(name).name}.py").read_text()
     namespace: dict[str, object] = {"__name__": "__main__", "display": print}
     for i, cell in enumerate(source.split("\n# %%")):
@@ -341,6 +343,8 @@ def run_script(name: str, **parameters: object) -> dict[str, object]:
         except Exception as exc:
             first = body.strip().splitlines()[0] if body.strip() else ""
             raise NotebookError(f"{name}: cell {i} ({first[:80]}): {type(exc).__name__}: {exc}") from exc
+        finally:
+            plt.close("all")  # as Jupyter's inline backend does after each cell
         if "parameters" in header:
             namespace.update(parameters)
     return namespace
