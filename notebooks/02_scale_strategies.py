@@ -36,7 +36,6 @@ seed: int = 0
 # %%
 import matplotlib.pyplot as plt
 import pandas as pd
-from IPython.display import display
 import seaborn as sns
 import torch
 

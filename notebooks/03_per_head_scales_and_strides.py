@@ -32,7 +32,6 @@ import numpy as np
 import pandas as pd
 import seaborn as sns
 import torch
-from IPython.display import display
 
 from fp8lab import data, formats, metrics
 from fp8lab.plots import scaling as splots

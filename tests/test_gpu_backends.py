@@ -30,6 +30,7 @@ import zlib
 
 import pytest
 import torch
+from bounds import fp8_qk_accumulation_term, max_abs_score_terms
 
 from fp8lab import reference
 from fp8lab.backends import BackendError, attention, gating
@@ -110,7 +111,7 @@ def _case(dtype: str, head_dim: int, gqa: int, causal: bool, varlen: bool) -> di
         descales = dict(q_descale=qq.q_descale, k_descale=qq.k_descale, v_descale=qq.v_descale)
         exact, lse_exact = reference.attention_exact(q, k, v, causal=causal, return_lse=True, **descales, **kw)
         pt, lse_pt = reference.attention_fa3_fp8(q, k, v, causal=causal, return_lse=True, **descales, **kw)
-    return dict(qk_abs=_max_abs_score_terms(q, k, descales, kw), q=q, k=k, v=v, descales=descales, kw=kw, exact=exact, lse_exact=lse_exact, pt=pt, lse_pt=lse_pt)
+    return dict(qk_abs=max_abs_score_terms(q, k, descales, kw), q=q, k=k, v=v, descales=descales, kw=kw, exact=exact, lse_exact=lse_exact, pt=pt, lse_pt=lse_pt)
 
 
 def _attention_lowp(q, k, v, causal: bool, kw: dict) -> tuple[torch.Tensor, torch.Tensor]:
@@ -136,29 +137,9 @@ def _attention_lowp(q, k, v, causal: bool, kw: dict) -> tuple[torch.Tensor, torc
     return out, lse
 
 
-def _max_abs_score_terms(q, k, descales: dict, kw: dict) -> float:
-    """max over (query, key) of softmax_scale * sum_d |q_d k_d| on the dequantized inputs: the scale of QK^T's sum."""
-    from fp8lab.backends.api import dequantize_inputs
-
-    shape = check_attention_inputs(q, k, k, **kw)
-    qf, kf, _ = dequantize_inputs(q, k, k, shape, descales.get("q_descale"), descales.get("k_descale"), None,
-                                  dtype=torch.float32)
-    worst = 0.0
-    for _, iq, ik in sequences(shape):
-        ka = kf[ik].abs().repeat_interleave(shape.group_size, dim=1)
-        worst = max(worst, torch.einsum("qhd,khd->hqk", qf[iq].abs(), ka).max().item())
-    return worst * shape.head_dim ** -0.5
-
-
-# Hopper's FP8 MMA keeps ~13-14 mantissa bits of its accumulator (facts file section 1;
-# fp8lab.reference.AccumulatorModel's default is 13), cut once per 32-wide K chunk. The
-# emulation accumulates in exact fp32, so for FP8 the lse bound adds that cut on QK^T.
-FP8_ACC_BITS = 13
-
-
 def _lse_bound(case: dict, dtype: str, head_dim: int) -> float:
     ref = (case["lse_pt"].double() - case["lse_exact"].double()).abs().max().item()
-    acc = 2.0 ** -FP8_ACC_BITS * -(-head_dim // 32) * case["qk_abs"] if dtype == "fp8" else 0.0
+    acc = fp8_qk_accumulation_term(case["qk_abs"], head_dim) if dtype == "fp8" else 0.0
     return 2 * ref + acc + 1e-3
 
 

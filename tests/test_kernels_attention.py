@@ -12,6 +12,7 @@ import math
 
 import pytest
 import torch
+from bounds import fp8_qk_accumulation_term, max_abs_score_terms
 
 from fp8lab.kernels import attention as A
 from fp8lab.kernels import fp8_attention, pretranspose_v
@@ -53,7 +54,12 @@ def check_against_emulation(q, k, v, ds, **kw) -> None:
     # with -inf exactly where a row sees no key.
     assert torch.equal(torch.isinf(lse), torch.isinf(exact_lse))
     fin = torch.isfinite(exact_lse)
-    assert (lse[fin].double() - exact_lse[fin].double()).abs().max() <= 1e-5 * (1 + exact_lse[fin].abs().max())
+    allowed = 1e-5 * (1 + exact_lse[fin].abs().max().item())
+    if DEV != "cpu":  # Hopper's FP8 MMA accumulates Q·K^T with ~13 bits (tests/bounds.py)
+        varlen = {key: kw[key] for key in kw if key.startswith(("cu_seqlens", "max_seqlen"))}
+        desc = {"q_descale": ds[0], "k_descale": ds[1]}
+        allowed += fp8_qk_accumulation_term(max_abs_score_terms(q, k, desc, varlen), q.shape[-1])
+    assert (lse[fin].double() - exact_lse[fin].double()).abs().max().item() <= allowed
 
 
 @pytest.mark.parametrize(
