@@ -12,10 +12,11 @@ import os
 import platform
 import shutil
 import subprocess
+from pathlib import Path
 
 import torch
 
-__all__ = ["context", "cuda_capability", "device", "gpu_name", "driver_version", "package_version", "triton_interpret"]
+__all__ = ["results_dir", "context", "cuda_capability", "device", "gpu_name", "driver_version", "package_version", "triton_interpret"]
 
 
 def package_version(name: str) -> str | None:
@@ -55,6 +56,15 @@ def driver_version() -> str | None:
     except (OSError, subprocess.SubprocessError):
         return None
     return out.strip().splitlines()[0] if out.strip() else None
+
+
+def results_dir(gpu: str = "h200") -> Path:
+    """Where recorded GPU results live: $FP8LAB_RESULTS/<gpu>, else `results/<gpu>` in the checkout."""
+    base = os.environ.get("FP8LAB_RESULTS")
+    path = (Path(base) if base else Path(__file__).resolve().parent.parent / "results") / gpu
+    if not path.is_dir():
+        raise FileNotFoundError(f"no recorded results at {path}; set FP8LAB_RESULTS to the folder holding '{gpu}/'")
+    return path
 
 
 def triton_interpret() -> bool:

@@ -331,6 +331,10 @@ def run_script(name: str, **parameters: object) -> dict[str, object]:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import torch
+
+    if not torch.cuda.is_available():
+        os.environ.setdefault("TRITON_INTERPRET", "1")  # as run_notebooks; before triton's first import
 
     source = (notebooks_dir() / f"{_spec(name).name}.py").read_text()
     namespace: dict[str, object] = {"__name__": "__main__", "display": print}

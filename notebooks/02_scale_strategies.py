@@ -40,6 +40,7 @@ import seaborn as sns
 import torch
 
 from fp8lab import data, formats, metrics
+from fp8lab.notebooks import record
 from fp8lab.plots import scaling as splots
 from fp8lab.scaling import (
     DelayedAmax,
@@ -57,11 +58,6 @@ from fp8lab.scaling import (
 )
 from fp8lab.scaling.experiments import compare_strategies, delayed_trace
 
-
-def record(name, value):
-    from fp8lab.notebooks import record as _record  # lazy: the notebook runner collects these
-
-    return _record(name, value)
 
 
 if smoke:

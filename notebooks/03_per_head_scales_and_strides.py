@@ -34,6 +34,7 @@ import seaborn as sns
 import torch
 
 from fp8lab import data, formats, metrics
+from fp8lab.notebooks import record
 from fp8lab.plots import scaling as splots
 from fp8lab.reference import attention_exact
 from fp8lab.scaling import (
@@ -52,11 +53,6 @@ from fp8lab.scaling import (
 )
 from fp8lab.scaling.experiments import fallback_sweep
 
-
-def record(name, value):
-    from fp8lab.notebooks import record as _record  # lazy: the notebook runner collects these
-
-    return _record(name, value)
 
 
 if smoke:

@@ -44,21 +44,13 @@ import matplotlib.pyplot as plt
 import pandas as pd
 import torch
 
-import fp8lab
-from fp8lab import bench
+from fp8lab import bench, env
+from fp8lab.notebooks import record
 from fp8lab.plots import perf as plots
 
-root = Path(fp8lab.__file__).resolve().parents[1]
-rdir = root / "results" / "h200" if results_dir == "auto" else Path(results_dir)
+rdir = env.results_dir() if results_dir == "auto" else Path(results_dir)
 pd.set_option("display.precision", 2)
 
-
-def record(name, value):
-    try:
-        from fp8lab.notebooks import record as rec
-    except ImportError:
-        return value
-    return rec(name, value)
 
 
 # %% [markdown]

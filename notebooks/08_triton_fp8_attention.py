@@ -57,8 +57,8 @@ from pathlib import Path  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
-import fp8lab  # noqa: E402
-from fp8lab import bench  # noqa: E402
+from fp8lab import bench, env  # noqa: E402
+from fp8lab.notebooks import record  # noqa: E402
 from fp8lab.formats import cast_to_fp8, get_format  # noqa: E402
 from fp8lab.kernels import attention as A  # noqa: E402
 from fp8lab.kernels import explain, fp8_attention, pretranspose_v, quantize_fp8  # noqa: E402
@@ -69,20 +69,12 @@ from fp8lab.reference import FA3Steps, attention_exact, attention_fa3_fp8  # noq
 dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 if smoke:
     seqlen_q, seqlen_k, batch, heads_q, heads_kv, head_dim = 40, 57, 1, 2, 1, 32
-root = Path(fp8lab.__file__).resolve().parents[1]
-rdir = root / "results" / "h200" if results_dir == "auto" else Path(results_dir)
+rdir = env.results_dir() if results_dir == "auto" else Path(results_dir)
 gen = torch.Generator().manual_seed(seed)
 E4M3 = get_format("e4m3fn")
 pd.set_option("display.precision", 4)
 print(f"device {dev}, interpreter {os.environ.get('TRITON_INTERPRET') == '1'}")
 
-
-def record(name, value):
-    try:
-        from fp8lab.notebooks import record as rec
-    except ImportError:
-        return value
-    return rec(name, value)
 
 
 def bf16_inputs(*shape, scale=1.0):

@@ -94,13 +94,21 @@ def emulation_provider():
     return call
 
 
-def variants(d: int, causal: bool, sweep: bool, provider_flavor: bool = True) -> dict[str, dict]:
-    """Emulation variants: FA3's defaults, vLLM's block sizes, block/order/row-sum sweeps, accumulator models."""
+def variants(d: int, causal: bool, sweep: bool | str, provider_flavor: bool = True) -> dict[str, dict]:
+    """Emulation variants: FA3's defaults, vLLM's block sizes, block/order/row-sum sweeps, accumulator models.
+
+    sweep: False (defaults only), "hopper" (defaults and the Hopper accumulator model for each
+    provider's block size), True (everything)."""
     bn = fa3_block_n(d, causal=causal)
     out: dict[str, dict] = {"default": {}}
     bn_vllm = fa3_block_n(d, causal=causal, flavor="vllm")
     if bn_vllm != bn:
         out["vllm_block_n"] = {"block_n": bn_vllm}
+    if sweep == "hopper":
+        out["acc_m13"] = {"accumulator": AccumulatorModel(13)}
+        out["acc_m13_promote_block_vllm_bn"] = {"accumulator": AccumulatorModel(13, promote_every=bn_vllm),
+                                                "block_n": bn_vllm}
+        return out
     if not sweep:
         return out
     out.update({f"block_n={n}": {"block_n": n} for n in BLOCK_SWEEP if n not in (bn, bn_vllm)})
@@ -174,6 +182,8 @@ def main() -> None:
     ap.add_argument("--budget-s", type=float, default=240.0)
     ap.add_argument("--dry-run", action="store_true", help="CPU, tiny shapes, emulation stands in for FA3")
     ap.add_argument("--cases", default="all", help="'all', or 'accumulator': 4 cases for the accumulator study")
+    ap.add_argument("--variants", default="all", choices=("all", "hopper"),
+                    help="'hopper': only FA3's defaults and the Hopper accumulator model (every case, fast)")
     args = ap.parse_args()
     t0 = time.time()
     dev = "cpu" if args.dry_run else "cuda"
@@ -220,7 +230,7 @@ def main() -> None:
                 "seqlen_k": sk, "batch": 1, "fa3_block_n": fa3_block_n(d, causal=causal), "seed": i}
         try:
             q, k, v = make_qkv(DATA_NAMES[dist], seqlen_q=sq, seqlen_k=sk, heads_q=hq, heads_kv=hk, head_dim=d, device=dev, seed=i)
-            record["cases"].append(compare(case, q, k, v, providers, sweep=True))
+            record["cases"].append(compare(case, q, k, v, providers, sweep=True if args.variants == "all" else "hopper"))
         except Exception:  # noqa: BLE001
             case["error"] = traceback.format_exc(limit=3)
             record["cases"].append(case)

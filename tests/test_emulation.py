@@ -284,6 +284,9 @@ def test_recorded_fidelity_parses_and_meets_the_target_with_the_accumulator_mode
     assert set(plain["head_dim"]) == {64, 128, 256} and set(plain["causal"]) == {True, False}
     hopper = fidelity_table(rec["accumulator_study"], "hopper")
     assert len(hopper) == 8 and float(hopper["ratio"].max()) < 0.1
+    every = fidelity_table(rec["hopper_all"], "hopper")  # every case, both providers
+    assert len(every) == 28 and set(every["head_dim"]) == {64, 128, 256} and set(every["dist"]) == {"normal", "outliers"}
+    assert float(every["ratio"].max()) < 0.1
     lr = long_context_record(rec)
     fa3, emu = lr.loc[("v_offset", "fa3-fwd")], lr.loc[("v_offset", "emulation acc_m13_pv")]
     assert float(((fa3 - emu).abs() / fa3).max()) < 0.01
