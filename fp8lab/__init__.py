@@ -11,30 +11,41 @@ The short public API; each subject's full API lives in its module
 """
 
 from fp8lab import data, env, formats, kvcache, layout, metrics, reference, scaling, transforms
-from fp8lab.backends import attention
-from fp8lab.formats import cast_to_fp8, get_format
-from fp8lab.reference import attention_exact, attention_fa3_fp8
+from fp8lab.backends import BackendError, attention
+from fp8lab.formats import FP8Format, cast_to_fp8, get_format, probe_torch_casts
+from fp8lab.reference import AccumulatorModel, FA3Steps, attention_exact, attention_fa3_fp8
 from fp8lab.scaling import (
+    CurrentAmax,
+    DelayedAmax,
     PerBlock,
     PerChannel,
     PerHead,
     PerTensor,
     PerToken,
     ScaleStrategy,
+    StaticAmax,
     dequantize,
     quantize,
     quantize_for_fa3,
+    resolve_checkpoint_scales,
 )
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "AccumulatorModel",
+    "BackendError",
+    "CurrentAmax",
+    "DelayedAmax",
+    "FA3Steps",
+    "FP8Format",
     "PerBlock",
     "PerChannel",
     "PerHead",
     "PerTensor",
     "PerToken",
     "ScaleStrategy",
+    "StaticAmax",
     "attention",
     "attention_exact",
     "attention_fa3_fp8",
@@ -44,21 +55,29 @@ __all__ = [
     "env",
     "formats",
     "get_format",
+    "fp8_attention",
     "kvcache",
     "layout",
     "metrics",
+    "probe_torch_casts",
     "quantize",
+    "quantize_fp8",
     "quantize_for_fa3",
     "reference",
+    "resolve_checkpoint_scales",
     "scaling",
     "transforms",
 ]
 
+_LAZY = {"kernels": "fp8lab.kernels", "bench": "fp8lab.bench", "fp8_attention": "fp8lab.kernels",
+         "quantize_fp8": "fp8lab.kernels"}
+
 
 def __getattr__(name: str):
     # Triton kernels load on first use: importing triton is slow and needs no GPU until then.
-    if name in ("kernels", "bench"):
+    if name in _LAZY:
         import importlib
 
-        return importlib.import_module(f"fp8lab.{name}")
+        module = importlib.import_module(_LAZY[name])
+        return module if module.__name__ == f"fp8lab.{name}" else getattr(module, name)
     raise AttributeError(f"module 'fp8lab' has no attribute {name!r}")

@@ -1,6 +1,7 @@
 """fp8lab.env and the fp8lab command."""
 
 import json
+import os
 import subprocess
 import sys
 
@@ -41,3 +42,16 @@ def test_entry_point_runs():
 @pytest.mark.parametrize("argv", [["fa3"], ["fa3", "pull"]])
 def test_fa3_needs_fetch(argv):
     assert cli.main(argv) == 2
+
+
+def test_public_api_resolves_and_import_stays_light():
+    code = (
+        "import sys, fp8lab\n"
+        "assert 'triton' not in sys.modules, 'import fp8lab must not import triton'\n"
+        "missing = [n for n in fp8lab.__all__ if not hasattr(fp8lab, n)]\n"
+        "assert not missing, missing\n"
+        "assert callable(fp8lab.fp8_attention) and fp8lab.kernels.__name__ == 'fp8lab.kernels'\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, env={**os.environ, "TRITON_INTERPRET": "1"})
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        __import__("fp8lab").nope
