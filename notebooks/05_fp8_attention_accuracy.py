@@ -33,7 +33,7 @@ seqlen: int = 2048  # tokens per sequence for (a)-(d)
 heads: int = 8  # attention heads for (a)-(d)
 head_dim: int = 128  # head dimension for (a)-(d)
 long_seqlens: str = "1024,4096,16384,32768"  # keys per query for (e); "auto" adds up to 131072 on a GPU
-fidelity_record: str = "auto"  # recorded H200 measurement for (f); "auto" = results/h200/fidelity.json
+fidelity_record: str = "auto"  # recorded H200 measurement for (f); auto: results/h200/fidelity.json
 live_fidelity: bool = True  # on a Hopper GPU with fa3-fwd installed, also measure (f) live
 seed: int = 0  # every input is drawn from this seed
 

@@ -9,6 +9,7 @@ then times the issue's grid (b*s = 16k tokens, 32 heads, d 64/128/256, seqlen
 FP8 varlen path, and the quantization kernels against the device copy.
 
     python3 scripts/gpu_bench.py --out $OUT [--budget 420]
+    python3 scripts/gpu_bench.py --out $OUT --quick --budget 130   # v2 vs v4 candidates only
 
 Writes bench_<section>.json files (with fp8lab.env.context()) under --out and
 prints a short table. Sections stop early when the time budget runs out.
@@ -323,6 +324,98 @@ def grid(run: Run, best: dict, prov: dict) -> None:
         del q, k, v
 
 
+# ----------------------------------------------------------------------------------------
+QUICK_CASES = [  # (head_dim, causal, batch, seqlen), weakest first; the last is the control
+    (64, True, 4, 4096), (128, True, 4, 4096), (64, False, 4, 4096), (128, True, 2, 8192),
+    (64, True, 1, 16384), (64, False, 1, 16384), (128, False, 1, 16384),
+]
+
+
+def quick_candidates(d: int, causal: bool) -> list[tuple[str, "A.AttentionConfig"]]:
+    """The measured v2 winner and the v4 candidates for (head_dim, causal)."""
+    return [("v2", A._MEASURED_DEFAULTS[(d, causal)])] + [("v4", c) for c in A.V4_CANDIDATES.get((d, causal), [])]
+
+
+def quick(run: Run, prov: dict) -> None:
+    """v2 against the v4 candidates against FA3 FP8 in one short run (--quick).
+
+    First every candidate against the emulation on the GPU (1x2048x16 heads: the same
+    integer specialisations as the timed shapes, so those compiles are shared; plus one
+    ragged 2x203 causal case), then the weakest grid cases. JSON after every case.
+    """
+    from fp8lab.reference.exact import attention_exact
+    from fp8lab.reference.fa3 import attention_fa3_fp8
+
+    gen = torch.Generator(device="cuda").manual_seed(5)
+    rows: list[dict] = []
+    checks = [(d, c, 1, 2048, 16, 16) for d, c in dict.fromkeys((d, c) for d, c, _, _ in QUICK_CASES)]
+    checks.append((64, True, 2, 203, 8, 2))
+    for d, causal, b, s, hq, hk in checks:
+        q, k, v, qd, kd, vd = make_inputs(b, s, s, hq, hk, d, gen)
+        vt = A.pretranspose_v(v)
+        kw = dict(causal=causal)
+        exact = attention_exact(q, k, v, q_descale=qd, k_descale=kd, v_descale=vd, **kw)
+        emus: dict[int, torch.Tensor] = {}
+        cands = quick_candidates(d, causal) if s == 2048 else [("v4", c) for c in A.V4_CANDIDATES[(d, causal)][:1]]
+        for tag, cfg in cands:
+            t0 = time.time()
+            name = f"{b}x{s}x{hq}/{hk}x{d}{' causal' if causal else ''}"
+            try:
+                if cfg.block_n not in emus:
+                    emus[cfg.block_n] = attention_fa3_fp8(q, k, v, qd, kd, vd, block_n=cfg.block_n, **kw)
+                emu = emus[cfg.block_n]
+                out = A.fp8_attention(q, k, vt, qd, kd, vd, config=cfg, **kw)
+                e_emu, e_exact = rel_l2(out, emu), rel_l2(emu, exact)
+                rows.append(dict(section="correctness", case=name, version=tag, config=cfg.label(),
+                                 ours_vs_emu=e_emu, emu_vs_exact=e_exact, ratio=e_emu / max(e_exact, 1e-30),
+                                 finite=bool(torch.isfinite(out).all()), s=round(time.time() - t0, 1)))
+            except Exception as e:  # noqa: BLE001
+                rows.append(dict(section="correctness", case=name, version=tag, config=cfg.label(), error=repr(e)[:300]))
+            print(rows[-1], flush=True)
+        run.save("quick", rows)
+        del q, k, v, vt, exact, emus
+
+    for d, causal, b, s in QUICK_CASES:
+        if run.left() < 8:
+            print("budget exhausted; quick stops before", d, causal, b, s, flush=True)
+            break
+        case = bench.AttentionCase(b, s, 32, 32, d, causal)
+        q, k, v, qd, kd, vd = make_inputs(b, s, s, 32, 32, d, gen)
+        vt = A.pretranspose_v(v)
+        timed = [(tag, cfg.label(), (lambda cfg=cfg: A.fp8_attention(q, k, vt, qd, kd, vd, causal=causal, config=cfg)))
+                 for tag, cfg in quick_candidates(d, causal)]
+        if "fa3" in prov:
+            timed.append(("fa3-fwd FP8", "", lambda: fa3_call(prov["fa3"], q, k, v, qd, kd, vd, causal)))
+        for tag, label, fn in timed:
+            if run.left() < 4:
+                break
+            t0 = time.time()
+            try:
+                ms = bench.median_ms(fn)
+                rows.append(dict(section="speed", case=case.label(), head_dim=d, seqlen=s, batch=b, causal=causal,
+                                 provider=tag, config=label, ms=ms, tflops=bench.tflops(case.flops(), ms),
+                                 compile_and_time_s=round(time.time() - t0, 1)))
+            except Exception as e:  # noqa: BLE001
+                rows.append(dict(section="speed", case=case.label(), provider=tag, config=label, error=repr(e)[:300]))
+            print(rows[-1], flush=True)
+        run.save("quick", rows)
+        del q, k, v, vt
+
+
+def quick_summary(run: Run) -> None:
+    rows = run.sections.get("quick", [])
+    bad = [r for r in rows if r.get("section") == "correctness" and ("error" in r or not r["ratio"] < 0.5)]
+    print(f"\nquick correctness: {sum(r.get('section') == 'correctness' for r in rows)} rows, flagged {len(bad)}")
+    for r in bad:
+        print("  ", r)
+    speed = [r for r in rows if r.get("section") == "speed" and "tflops" in r]
+    fa3 = {r["case"]: r["tflops"] for r in speed if r["provider"] == "fa3-fwd FP8"}
+    print(f"{'case':<26} {'version':<6} {'config':<20} {'TFLOP/s':>8} {'x FA3':>6}")
+    for r in speed:
+        ratio = r["tflops"] / fa3[r["case"]] if r["case"] in fa3 else float("nan")
+        print(f"{r['case']:<26} {r['provider'][:6]:<6} {r['config']:<20} {r['tflops']:8.0f} {ratio:6.2f}")
+
+
 def summary(run: Run) -> None:
     rows = run.sections.get("grid", [])
     print("\ncase                         ours  fa3fp8  ratio  fa3bf16  vllmfp8")
@@ -343,6 +436,8 @@ def main() -> None:
     ap.add_argument("--out", default=os.environ.get("OUT", "/tmp/out"))
     ap.add_argument("--budget", type=float, default=420.0, help="seconds for the whole run")
     ap.add_argument("--skip", default="", help="comma list of sections to skip: correctness,quant,sweep,grid")
+    ap.add_argument("--quick", action="store_true",
+                    help="only v2 vs the v4 candidates vs FA3 FP8 on the weakest cases (fits ~130 s)")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -350,6 +445,15 @@ def main() -> None:
     skip = set(filter(None, args.skip.split(",")))
     prov = load_providers()
     print("context:", json.dumps(run.ctx), flush=True)
+    if args.quick:
+        t = time.time()
+        try:
+            quick(run, prov)
+        except Exception:  # noqa: BLE001
+            traceback.print_exc()
+        print(f"quick: {time.time() - t:.1f}s", flush=True)
+        quick_summary(run)
+        return
     for name, fn in (("correctness", lambda: correctness(run, prov)), ("quant", lambda: quant(run))):
         if name in skip:
             continue

@@ -106,9 +106,14 @@ def _attend_block(
     n0, offs_m, seqlen_k, diag, scale_log2,
     HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, BLOCK_N: tl.constexpr,
     MASKED: tl.constexpr, CAUSAL: tl.constexpr, USE_TMA: tl.constexpr, V_TRANSPOSED: tl.constexpr,
-    MAX_OFFSET: tl.constexpr, ROUND_IN_FP32: tl.constexpr,
+    MAX_OFFSET: tl.constexpr, ROUND_IN_FP32: tl.constexpr, V_FIRST: tl.constexpr,
 ):
-    """One key block: scores, online-softmax update, P cast, PV product."""
+    """One key block: scores, online-softmax update, P cast, PV product.
+
+    `V_FIRST`: issue the V load before the QK^T product, so its latency hides behind the
+    MMA and the softmax (for a loop that is not software-pipelined; a pipelined loop
+    prefetches V anyway).
+    """
     offs_n = n0 + tl.arange(0, BLOCK_N)
     in_k = offs_n < seqlen_k
     if HEAD_DIM == HEAD_DIM_PAD:  # no column mask: unmasked blocks load without predicates
@@ -129,6 +134,9 @@ def _attend_block(
             k = tl.load(k_ptrs + n0.to(tl.int64) * stride_ks)
         else:
             k = tl.load(k_ptrs + n0.to(tl.int64) * stride_ks, mask=load_mask, other=0.0)
+    if V_FIRST:
+        v = _load_v(V, v_ptrs, stride_vs, tma_b, hk, k_start, n0, load_mask,
+                    HEAD_DIM_PAD, BLOCK_N, USE_TMA, V_TRANSPOSED)
     s = tl.dot(q, tl.trans(k))  # raw e4m3 codes in, fp32 scores out (descales not applied yet)
     if MASKED:
         keep = in_k[None, :]
@@ -146,6 +154,17 @@ def _attend_block(
     if ROUND_IN_FP32:  # the interpreter's cast is wrong on carries: pre-round so the cast is exact
         p = round_to_e4m3(p)
     p8 = p.to(tl.float8e4nv)
+    if not V_FIRST:
+        v = _load_v(V, v_ptrs, stride_vs, tma_b, hk, k_start, n0, load_mask,
+                    HEAD_DIM_PAD, BLOCK_N, USE_TMA, V_TRANSPOSED)
+    acc = tl.dot(p8, v, acc)
+    return acc, l_i, m_new
+
+
+@triton.jit
+def _load_v(V, v_ptrs, stride_vs, tma_b, hk, k_start, n0, load_mask,
+            HEAD_DIM_PAD: tl.constexpr, BLOCK_N: tl.constexpr, USE_TMA: tl.constexpr, V_TRANSPOSED: tl.constexpr):
+    """The V tile of key block `n0`, (BLOCK_N, HEAD_DIM_PAD)."""
     # FP8 step 4: the wgmma B operand must be key-contiguous.
     if USE_TMA:
         if V_TRANSPOSED:
@@ -160,8 +179,7 @@ def _attend_block(
             v = tl.load(v_ptrs + n0.to(tl.int64) * stride_vs)
         else:
             v = tl.load(v_ptrs + n0.to(tl.int64) * stride_vs, mask=load_mask, other=0.0)
-    acc = tl.dot(p8, v, acc)
-    return acc, l_i, m_new
+    return v
 
 
 @triton.jit
@@ -191,6 +209,7 @@ def _fp8_attention_fwd(
     USE_TMA: tl.constexpr, V_TRANSPOSED: tl.constexpr,
     WARP_SPECIALIZE: tl.constexpr,  # let Triton split loads and math into warp groups (off-band loop)
     MAX_OFFSET: tl.constexpr,  # 8.0 as FA3; 0.0 gives plain softmax P in [0, 1]
+    MASKED_STAGES: tl.constexpr,  # 0: the on-band loop is pipelined like the rest (v2); 1: not (v4)
     ROUND_IN_FP32: tl.constexpr,  # exact P and output rounding under the interpreter (see fp8_rounding)
 ):
     # Scheduling: (batch, head) pairs are taken in chunks of `heads_per_chunk`, whose K and V
@@ -261,13 +280,28 @@ def _fp8_attention_fwd(
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_DIM_PAD], tl.float32)
     # Phase 1, on the band: the masked blocks (diagonal band, ragged tail), last first.
-    for i in range(0, n_blocks - n_full):
-        n0 = (n_blocks - 1 - i) * BLOCK_N
-        acc, l_i, m_i = _attend_block(
-            acc, l_i, m_i, q, K, V, k_ptrs, v_ptrs, stride_ks, stride_vs, tma_b, hk, k_start,
-            n0, offs_m, seqlen_k, diag, scale_log2,
-            HEAD_DIM, HEAD_DIM_PAD, BLOCK_N, True, CAUSAL, USE_TMA, V_TRANSPOSED, MAX_OFFSET, ROUND_IN_FP32,
-        )
+    # v4: with MASKED_STAGES > 0 this loop (1-2 blocks for causal, 0-1 otherwise) gets its own,
+    # shallower pipeline: no prefetch prologue, and no registers for in-flight tiles competing
+    # with the off-band loop's (the v2 build spilled in both loops at head_dim 64); V is
+    # then loaded before QK^T so its latency overlaps the MMA and the softmax.
+    if MASKED_STAGES == 0:
+        for i in range(0, n_blocks - n_full):
+            n0 = (n_blocks - 1 - i) * BLOCK_N
+            acc, l_i, m_i = _attend_block(
+                acc, l_i, m_i, q, K, V, k_ptrs, v_ptrs, stride_ks, stride_vs, tma_b, hk, k_start,
+                n0, offs_m, seqlen_k, diag, scale_log2,
+                HEAD_DIM, HEAD_DIM_PAD, BLOCK_N, True, CAUSAL, USE_TMA, V_TRANSPOSED, MAX_OFFSET, ROUND_IN_FP32,
+                False,
+            )
+    else:
+        for i in tl.range(0, n_blocks - n_full, num_stages=MASKED_STAGES):
+            n0 = (n_blocks - 1 - i) * BLOCK_N
+            acc, l_i, m_i = _attend_block(
+                acc, l_i, m_i, q, K, V, k_ptrs, v_ptrs, stride_ks, stride_vs, tma_b, hk, k_start,
+                n0, offs_m, seqlen_k, diag, scale_log2,
+                HEAD_DIM, HEAD_DIM_PAD, BLOCK_N, True, CAUSAL, USE_TMA, V_TRANSPOSED, MAX_OFFSET, ROUND_IN_FP32,
+                MASKED_STAGES == 1,
+            )
     # Phase 2, off the band: fully visible blocks, no mask work at all.
     for i in tl.range(0, n_full, warp_specialize=WARP_SPECIALIZE):
         n0 = (n_full - 1 - i) * BLOCK_N
@@ -275,6 +309,7 @@ def _fp8_attention_fwd(
             acc, l_i, m_i, q, K, V, k_ptrs, v_ptrs, stride_ks, stride_vs, tma_b, hk, k_start,
             n0, offs_m, seqlen_k, diag, scale_log2,
             HEAD_DIM, HEAD_DIM_PAD, BLOCK_N, False, CAUSAL, USE_TMA, V_TRANSPOSED, MAX_OFFSET, ROUND_IN_FP32,
+            False,
         )
 
     # Epilogue: normalise, apply v_descale once, write bf16 out and the natural-log lse.
@@ -302,6 +337,8 @@ class AttentionConfig:
 
     `use_tma`: load K/V through TMA tensor descriptors (Hopper) where the strides allow
     (16-byte aligned, power-of-two head_dim); otherwise pointer loads are used.
+    `masked_stages`: 0 pipelines the on-band (masked) loop like the off-band one (v2);
+    n > 0 gives it its own `num_stages=n` (1: no prefetch, V loaded before QK^T; v4 candidate).
     """
 
     block_m: int = 128
@@ -310,10 +347,12 @@ class AttentionConfig:
     num_stages: int = 3
     use_tma: bool = False
     warp_specialize: bool = False
+    masked_stages: int = 0
 
     def label(self) -> str:
         return (f"m{self.block_m}n{self.block_n}w{self.num_warps}s{self.num_stages}"
-                + ("-tma" if self.use_tma else "") + ("-ws" if self.warp_specialize else ""))
+                + ("-tma" if self.use_tma else "") + ("-ws" if self.warp_specialize else "")
+                + (f"-ms{self.masked_stages}" if self.masked_stages else ""))
 
 
 def attention_configs(head_dim: int) -> list[AttentionConfig]:
@@ -325,9 +364,11 @@ def attention_configs(head_dim: int) -> list[AttentionConfig]:
     """
     C = AttentionConfig
     if head_dim <= 64:
-        return [C(128, 128, 4, 3), C(128, 128, 4, 4), C(64, 128, 4, 3), C(128, 64, 4, 3)]
+        return [C(128, 128, 4, 3), C(128, 128, 4, 4), C(64, 128, 4, 3), C(128, 64, 4, 3),
+                *V4_CANDIDATES[(64, False)], *V4_CANDIDATES[(64, True)]]
     if head_dim <= 128:
-        return [C(128, 128, 4, 3), C(128, 64, 4, 3), C(64, 128, 4, 3), C(128, 128, 8, 3)]
+        return [C(128, 128, 4, 3), C(128, 64, 4, 3), C(64, 128, 4, 3), C(128, 128, 8, 3),
+                *V4_CANDIDATES[(128, True)]]
     return [C(128, 64, 8, 3), C(128, 64, 8, 4), C(64, 64, 4, 3), C(128, 32, 8, 3)]
 
 
@@ -340,6 +381,15 @@ _MEASURED_DEFAULTS: dict[tuple[int, bool], AttentionConfig] = {
     (128, True): AttentionConfig(128, 64, 4, 3),
     (256, False): AttentionConfig(128, 64, 8, 4),
     (256, True): AttentionConfig(128, 64, 8, 3),
+}
+# v4 candidates (not yet measured; docs/kernel-notes.md "v4 (candidate)"): the on-band loop
+# unpipelined (`masked_stages=1`). Compiled offline for sm_90 (triton 3.9 ptxas): these have no
+# register spills, where the v2 winners spill at head_dim 64 (both loops) and m128n128 causal
+# at 128 spills heavily (hence its 346 TFLOP/s). Keyed like `_MEASURED_DEFAULTS`.
+V4_CANDIDATES: dict[tuple[int, bool], list[AttentionConfig]] = {
+    (64, False): [AttentionConfig(128, 128, 4, 4, masked_stages=1)],
+    (64, True): [AttentionConfig(128, 128, 4, 3, masked_stages=1), AttentionConfig(128, 128, 4, 4, masked_stages=1)],
+    (128, True): [AttentionConfig(128, 64, 4, 3, masked_stages=1), AttentionConfig(64, 128, 4, 3, masked_stages=1)],
 }
 _INTERPRETER_CONFIG = AttentionConfig(block_m=16, block_n=16, num_warps=4, num_stages=1)
 
@@ -527,7 +577,7 @@ def fp8_attention(
             BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
             CAUSAL=bool(causal), VARLEN=shape.varlen,
             USE_TMA=descs is not None, V_TRANSPOSED=v_transposed, WARP_SPECIALIZE=cfg.warp_specialize,
-            MAX_OFFSET=float(max_offset), ROUND_IN_FP32=round_p,
+            MAX_OFFSET=float(max_offset), MASKED_STAGES=cfg.masked_stages, ROUND_IN_FP32=round_p,
             num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         )
     elif out.numel() > 0:
