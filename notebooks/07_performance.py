@@ -31,7 +31,7 @@ smoke: bool = False  # CI: the same recorded data, nothing heavy either way
 results_dir: str = "auto"  # auto: results/h200 of this checkout
 record_version: str = "v2"  # which run's grid to show (v2: the last complete grid)
 run_live: bool = False  # on a Hopper GPU, also time our kernel on one case now
-live_seqlen: int = 8192  # the live case: batch = 16384 // live_seqlen sequences of this length
+live_seqlen: int = 8192  # the live case: 16384 // live_seqlen sequences of this length
 live_head_dim: int = 128
 
 # %% [markdown]

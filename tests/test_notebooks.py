@@ -77,3 +77,16 @@ def test_runner_names_the_failing_cell(tmp_path, monkeypatch):
     assert not result.ok
     assert result.error.startswith(f"cell {params + 2} (raise KeyError('boom')): KeyError")
     assert (tmp_path / "out" / "index.html").exists() and (tmp_path / "out" / "summary.json").exists()
+
+
+@pytest.mark.parametrize("name", FILES)
+def test_papermill_parses_every_parameter(name):
+    """Each assignment in the parameters cell is a parameter papermill can inject (and `--help` can list)."""
+    import re
+
+    import papermill
+
+    nb = nbformat.read(NB_DIR / f"{name}.ipynb", as_version=4)
+    cell = next(c for c in nb.cells if "parameters" in c.metadata.get("tags", []))
+    assigned = [m.group(1) for m in re.finditer(r"^(\w+)\s*(?::[^=]+)?=", cell.source, re.M)]
+    assert list(papermill.inspect_notebook(str(NB_DIR / f"{name}.ipynb"))) == assigned
