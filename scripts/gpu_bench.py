@@ -10,6 +10,7 @@ FP8 varlen path, and the quantization kernels against the device copy.
 
     python3 scripts/gpu_bench.py --out $OUT [--budget 420]
     python3 scripts/gpu_bench.py --out $OUT --quick --budget 130   # v2 vs v4 candidates only
+    python3 scripts/gpu_bench.py --out /tmp/x --inspect            # no GPU: registers, spills
 
 Writes bench_<section>.json files (with fp8lab.env.context()) under --out and
 prints a short table. Sections stop early when the time budget runs out.
@@ -57,7 +58,7 @@ class Run:
 
 
 # ----------------------------------------------------------------------------------------
-def load_providers() -> dict:
+def load_providers(vllm: bool = True) -> dict:
     prov = {}
     try:
         import fa3_fwd_interface as fa3
@@ -66,6 +67,8 @@ def load_providers() -> dict:
     except Exception as e:  # noqa: BLE001
         print("fa3-fwd unavailable:", e)
     so = ROOT / ".gpu" / "_vllm_fa3_C.abi3.so"
+    if not vllm:
+        return prov
     try:
         if not so.exists() and (ROOT / ".gpu" / "_vllm_fa3_C.abi3.so.xz").stat().st_size > 0:
             os.system(f"xz -dk {so}.xz")
@@ -351,6 +354,9 @@ def quick(run: Run, prov: dict) -> None:
     checks = [(d, c, 1, 2048, 16, 16) for d, c in dict.fromkeys((d, c) for d, c, _, _ in QUICK_CASES)]
     checks.append((64, True, 2, 203, 8, 2))
     for d, causal, b, s, hq, hk in checks:
+        if run.left() < 0.6 * run.budget:  # keep most of the budget for the timings
+            print("correctness checks stop early to leave time for the timings", flush=True)
+            break
         q, k, v, qd, kd, vd = make_inputs(b, s, s, hq, hk, d, gen)
         vt = A.pretranspose_v(v)
         kw = dict(causal=causal)
@@ -402,6 +408,90 @@ def quick(run: Run, prov: dict) -> None:
         del q, k, v, vt
 
 
+def _loop_stats(sass: str) -> list[dict]:
+    """Per loop (a backward branch) with wgmma in it: instructions and the interesting kinds."""
+    import re
+
+    lines = sass.splitlines()
+    labels = {m.group(1): i for i, line in enumerate(lines) if (m := re.match(r"^(\.L_x_\d+):", line))}
+    loops = []
+    for i, line in enumerate(lines):
+        m = re.search(r"BRA `\((\.L_x_\d+)\)", line)
+        if m and labels.get(m.group(1), i + 1) < i:
+            body = [x for x in lines[labels[m.group(1)]:i + 1] if re.search(r"/\*[0-9a-f]{4}\*/", x)]
+            count = lambda pat: sum(1 for x in body if re.search(pat, x))  # noqa: E731
+            if count("GMMA"):
+                loops.append(dict(instr=len(body), stl=count(r"\bSTL"), ldl=count(r"\bLDL"), mufu=count("MUFU"),
+                                  gmma=count("GMMA"), gmma_waits=count(r"WARPGROUP\.DEPBAR")))
+    return loops
+
+
+def inspect_offline(out: Path) -> None:
+    """Compile v2 and the v4 candidates for sm_90 on any host (no GPU) and report registers,
+    stack (spills), each loop's instruction mix and ptxas' wgmma-serialization notes.
+
+    The shapes are specialised as the benchmark's (strides divisible by 16, V pre-transposed
+    so its key stride is 1). This Triton and its ptxas may differ from the GPU host's.
+    """
+    import inspect as pyinspect
+    import re
+    import subprocess
+    import tempfile
+
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    bindir = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
+    kern = A._fp8_attention_fwd
+    params = list(pyinspect.signature(kern.fn).parameters)
+    ptr = dict(Q="*fp8e4nv", K="*fp8e4nv", V="*fp8e4nv", O="*bf16", LSE="*fp32", Q_DESCALE="*fp32",
+               K_DESCALE="*fp32", V_DESCALE="*fp32", CU_SEQLENS_Q="*i32", CU_SEQLENS_K="*i32")
+    unit_strides = ("stride_vs", "stride_ls", "stride_qdh", "stride_kdh", "stride_vdh")  # == 1: constexpr
+    rows = []
+    for d, causal in dict.fromkeys((d, c) for d, c, _, _ in QUICK_CASES):
+        for tag, cfg in quick_candidates(d, causal):
+            const = dict(GROUP=1, HEAD_DIM=d, HEAD_DIM_PAD=d, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
+                         CAUSAL=causal, VARLEN=False, USE_TMA=False, V_TRANSPOSED=True,
+                         WARP_SPECIALIZE=cfg.warp_specialize, MAX_OFFSET=A.FA3_MAX_OFFSET,
+                         MASKED_STAGES=cfg.masked_stages, ROUND_IN_FP32=False, **dict.fromkeys(unit_strides, 1))
+            sig = {p: "constexpr" if p in const else ptr.get(p, "fp32" if p == "softmax_scale_log2" else "i32")
+                   for p in params}
+            attrs = {(i,): [["tt.divisibility", 16]] for i, p in enumerate(params) if sig[p] not in ("constexpr", "fp32")}
+            opts = dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+                        **({"maxnreg": cfg.maxnreg} if cfg.maxnreg else {}))
+            t0 = time.time()
+            k = triton.compile(ASTSource(kern, sig, const, attrs), target=GPUTarget("cuda", 90, 128), options=opts)
+            with tempfile.TemporaryDirectory() as tmp:
+                cubin, ptx = Path(tmp) / "k.cubin", Path(tmp) / "k.ptx"
+                cubin.write_bytes(k.asm["cubin"])
+                ptx.write_text(k.asm["ptx"])
+                sh = lambda *cmd: subprocess.run([str(c) for c in cmd], capture_output=True, text=True)  # noqa: E731
+                usage = sh(bindir / "cuobjdump", "--dump-resource-usage", cubin).stdout
+                sass = sh(bindir / "nvdisasm", "-c", cubin).stdout
+                notes = ""
+                for ptxas in ("ptxas-blackwell", "ptxas"):  # the one that reads this PTX version
+                    r = sh(bindir / ptxas, "-arch=sm_90a", "-v", ptx, "-o", Path(tmp) / "x.cubin")
+                    if r.returncode == 0:
+                        notes = r.stdout + r.stderr
+                        break
+            reg = re.search(r"REG:(\d+) STACK:(\d+)", usage)
+            ser = re.search(r"serialized due to ([a-z ]+?) in the function", notes)
+            loops = _loop_stats(sass)
+            row = dict(head_dim=d, causal=causal, version=tag, config=cfg.label(),
+                       regs=int(reg.group(1)) if reg else None, stack_bytes=int(reg.group(2)) if reg else None,
+                       shared_bytes=k.metadata.shared, wgmma_serialized=ser.group(1) if ser else None,
+                       on_band=loops[0] if len(loops) > 1 else None, off_band=loops[-1] if loops else None,
+                       compile_s=round(time.time() - t0, 1))
+            rows.append(row)
+            off = row["off_band"] or {}
+            print(f"d={d:<3} {'causal' if causal else 'full':<6} {tag} {row['config']:<20} regs {row['regs']} "
+                  f"stack {row['stack_bytes']} smem {row['shared_bytes']} off-band instr {off.get('instr')} "
+                  f"STL {off.get('stl')} LDL {off.get('ldl')} serialized: {row['wgmma_serialized'] or 'no'}", flush=True)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "inspect_sm90.json").write_text(json.dumps(dict(triton=triton.__version__, rows=rows), indent=1))
+
+
 def quick_summary(run: Run) -> None:
     rows = run.sections.get("quick", [])
     bad = [r for r in rows if r.get("section") == "correctness" and ("error" in r or not r["ratio"] < 0.5)]
@@ -438,12 +528,18 @@ def main() -> None:
     ap.add_argument("--skip", default="", help="comma list of sections to skip: correctness,quant,sweep,grid")
     ap.add_argument("--quick", action="store_true",
                     help="only v2 vs the v4 candidates vs FA3 FP8 on the weakest cases (fits ~130 s)")
+    ap.add_argument("--inspect", action="store_true",
+                    help="no GPU needed: compile v2 and the v4 candidates for sm_90 and report registers, "
+                         "spills and wgmma serialization (writes inspect_sm90.json)")
     args = ap.parse_args()
     out = Path(args.out)
+    if args.inspect:
+        inspect_offline(out)
+        return
     out.mkdir(parents=True, exist_ok=True)
     run = Run(out, args.budget)
     skip = set(filter(None, args.skip.split(",")))
-    prov = load_providers()
+    prov = load_providers(vllm=not args.quick)  # --quick compares with fa3-fwd only
     print("context:", json.dumps(run.ctx), flush=True)
     if args.quick:
         t = time.time()

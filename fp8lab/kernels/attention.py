@@ -54,7 +54,10 @@ Speed on an H200 (docs/kernel-notes.md, notebook 07): 0.43-0.87x FA3's FP8
 kernel. The levers that mattered: V pre-transposed (2.6x), 4-warp programs
 (two per SM, overlapping one's softmax with the other's MMAs), per-head-dim
 block sizes. TMA descriptors (``use_tma``) and Triton's warp specialization
-(``warp_specialize``) are kept as switches; they measured no gain.
+(``warp_specialize``) are kept as switches; they measured no gain. The v4
+candidates (``V4_CANDIDATES``: 64-row blocks under a register cap at head_dim 64,
+an unpipelined on-band loop) were chosen from offline sm_90 compiles and await
+their measurement.
 
 Under ``TRITON_INTERPRET=1`` (CI on a CPU) P and the output are rounded in
 float32 before their casts (`fp8lab.kernels.fp8_rounding`), because the
@@ -282,8 +285,8 @@ def _fp8_attention_fwd(
     # Phase 1, on the band: the masked blocks (diagonal band, ragged tail), last first.
     # v4: with MASKED_STAGES > 0 this loop (1-2 blocks for causal, 0-1 otherwise) gets its own,
     # shallower pipeline: no prefetch prologue, and no registers for in-flight tiles competing
-    # with the off-band loop's (the v2 build spilled in both loops at head_dim 64); V is
-    # then loaded before QK^T so its latency overlaps the MMA and the softmax.
+    # with the off-band loop's (offline sm_90 compiles: m128n64 causal at head_dim 128 loses its
+    # spills); with 1 stage V is loaded before QK^T so its latency overlaps the MMA and softmax.
     if MASKED_STAGES == 0:
         for i in range(0, n_blocks - n_full):
             n0 = (n_blocks - 1 - i) * BLOCK_N
@@ -339,6 +342,8 @@ class AttentionConfig:
     (16-byte aligned, power-of-two head_dim); otherwise pointer loads are used.
     `masked_stages`: 0 pipelines the on-band (masked) loop like the off-band one (v2);
     n > 0 gives it its own `num_stages=n` (1: no prefetch, V loaded before QK^T; v4 candidate).
+    `maxnreg`: cap on registers per thread (ptxas ``.maxnreg``), so more programs share an SM:
+    65536 registers / (32 * num_warps * maxnreg) programs, e.g. 3 at 4 warps and 168.
     """
 
     block_m: int = 128
@@ -348,11 +353,13 @@ class AttentionConfig:
     use_tma: bool = False
     warp_specialize: bool = False
     masked_stages: int = 0
+    maxnreg: int | None = None
 
     def label(self) -> str:
         return (f"m{self.block_m}n{self.block_n}w{self.num_warps}s{self.num_stages}"
                 + ("-tma" if self.use_tma else "") + ("-ws" if self.warp_specialize else "")
-                + (f"-ms{self.masked_stages}" if self.masked_stages else ""))
+                + (f"-ms{self.masked_stages}" if self.masked_stages else "")
+                + (f"-r{self.maxnreg}" if self.maxnreg else ""))
 
 
 def attention_configs(head_dim: int) -> list[AttentionConfig]:
@@ -364,11 +371,13 @@ def attention_configs(head_dim: int) -> list[AttentionConfig]:
     """
     C = AttentionConfig
     if head_dim <= 64:
-        return [C(128, 128, 4, 3), C(128, 128, 4, 4), C(64, 128, 4, 3), C(128, 64, 4, 3),
-                *V4_CANDIDATES[(64, False)], *V4_CANDIDATES[(64, True)]]
+        cands = [C(128, 128, 4, 3), C(128, 128, 4, 4), C(64, 128, 4, 3), C(128, 64, 4, 3),
+                 *V4_CANDIDATES[(64, False)], *V4_CANDIDATES[(64, True)]]
+        return list(dict.fromkeys(cands))
     if head_dim <= 128:
-        return [C(128, 128, 4, 3), C(128, 64, 4, 3), C(64, 128, 4, 3), C(128, 128, 8, 3),
-                *V4_CANDIDATES[(128, True)]]
+        cands = [C(128, 128, 4, 3), C(128, 64, 4, 3), C(64, 128, 4, 3), C(128, 128, 8, 3),
+                 *V4_CANDIDATES[(128, True)]]
+        return list(dict.fromkeys(cands))
     return [C(128, 64, 8, 3), C(128, 64, 8, 4), C(64, 64, 4, 3), C(128, 32, 8, 3)]
 
 
@@ -382,14 +391,18 @@ _MEASURED_DEFAULTS: dict[tuple[int, bool], AttentionConfig] = {
     (256, False): AttentionConfig(128, 64, 8, 4),
     (256, True): AttentionConfig(128, 64, 8, 3),
 }
-# v4 candidates (not yet measured; docs/kernel-notes.md "v4 (candidate)"): the on-band loop
-# unpipelined (`masked_stages=1`). Compiled offline for sm_90 (triton 3.9 ptxas): these have no
-# register spills, where the v2 winners spill at head_dim 64 (both loops) and m128n128 causal
-# at 128 spills heavily (hence its 346 TFLOP/s). Keyed like `_MEASURED_DEFAULTS`.
+# v4 candidates (not yet measured on a GPU; docs/kernel-notes.md "v4 (candidate)"), keyed like
+# `_MEASURED_DEFAULTS`. Chosen from offline sm_90 compiles (triton 3.9 + its ptxas, no GPU):
+# - head_dim 64: 64-row blocks capped at 168 registers, so three 4-warp programs share an SM
+#   (v2: two, at 255 registers with spills in the off-band loop); no spills, wgmma not serialized.
+# - head_dim 128 causal: m128n64 with the on-band loop unpipelined (its spills go away), and
+#   m64n128 (block_n 128 with a 64-row accumulator fits: 243-255 registers, no spills).
+# `masked_stages=1` at head_dim 64 made ptxas serialize every wgmma (C7515), so it is not used there.
 V4_CANDIDATES: dict[tuple[int, bool], list[AttentionConfig]] = {
-    (64, False): [AttentionConfig(128, 128, 4, 4, masked_stages=1)],
-    (64, True): [AttentionConfig(128, 128, 4, 3, masked_stages=1), AttentionConfig(128, 128, 4, 4, masked_stages=1)],
-    (128, True): [AttentionConfig(128, 64, 4, 3, masked_stages=1), AttentionConfig(64, 128, 4, 3, masked_stages=1)],
+    (64, False): [AttentionConfig(64, 128, 4, 4, maxnreg=168), AttentionConfig(64, 128, 4, 3, maxnreg=168)],
+    (64, True): [AttentionConfig(64, 128, 4, 3, maxnreg=168), AttentionConfig(64, 128, 4, 4, maxnreg=168)],
+    (128, True): [AttentionConfig(128, 64, 4, 3, masked_stages=1), AttentionConfig(64, 128, 4, 3),
+                  AttentionConfig(64, 128, 4, 3, masked_stages=1)],
 }
 _INTERPRETER_CONFIG = AttentionConfig(block_m=16, block_n=16, num_warps=4, num_stages=1)
 
@@ -579,6 +592,7 @@ def fp8_attention(
             USE_TMA=descs is not None, V_TRANSPOSED=v_transposed, WARP_SPECIALIZE=cfg.warp_specialize,
             MAX_OFFSET=float(max_offset), MASKED_STAGES=cfg.masked_stages, ROUND_IN_FP32=round_p,
             num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+            **({"maxnreg": cfg.maxnreg} if cfg.maxnreg else {}),
         )
     elif out.numel() > 0:
         out.zero_()
