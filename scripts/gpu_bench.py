@@ -335,8 +335,8 @@ QUICK_CASES = [  # (head_dim, causal, batch, seqlen), weakest first; the last is
 
 
 def quick_candidates(d: int, causal: bool) -> list[tuple[str, "A.AttentionConfig"]]:
-    """The measured v2 winner and the v4 candidates for (head_dim, causal)."""
-    return [("v2", A._MEASURED_DEFAULTS[(d, causal)])] + [("v4", c) for c in A.V4_CANDIDATES.get((d, causal), [])]
+    """The current default config and the remaining candidates for (head_dim, causal)."""
+    return [("default", A._MEASURED_DEFAULTS[(d, causal)])] + [("candidate", c) for c in A.V4_CANDIDATES.get((d, causal), [])]
 
 
 def quick(run: Run, prov: dict) -> None:
@@ -362,7 +362,7 @@ def quick(run: Run, prov: dict) -> None:
         kw = dict(causal=causal)
         exact = attention_exact(q, k, v, q_descale=qd, k_descale=kd, v_descale=vd, **kw)
         emus: dict[int, torch.Tensor] = {}
-        cands = quick_candidates(d, causal) if s == 2048 else [("v4", c) for c in A.V4_CANDIDATES[(d, causal)][:1]]
+        cands = quick_candidates(d, causal) if s == 2048 else [("candidate", c) for c in A.V4_CANDIDATES[(d, causal)][:1]]
         for tag, cfg in cands:
             t0 = time.time()
             name = f"{b}x{s}x{hq}/{hk}x{d}{' causal' if causal else ''}"

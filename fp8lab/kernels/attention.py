@@ -384,14 +384,16 @@ def attention_configs(head_dim: int) -> list[AttentionConfig]:
 # Winners of the H200 sweep at 2 x 8192 x 32 heads (scripts/gpu_bench.py, v2 in docs/kernel-notes.md),
 # keyed by (padded head_dim, causal). TFLOP/s there: 64: 455 / 389, 128: 732 / 612, 256: 817 / 768.
 _MEASURED_DEFAULTS: dict[tuple[int, bool], AttentionConfig] = {
-    (64, False): AttentionConfig(128, 128, 4, 4),
-    (64, True): AttentionConfig(128, 128, 4, 3),
+    (64, False): AttentionConfig(64, 128, 4, 4, maxnreg=168),  # v4: 0.82-0.86x FA3 vs v2's 0.80-0.83x
+    (64, True): AttentionConfig(64, 128, 4, 3, maxnreg=168),  # v4: 0.86-0.92x FA3 vs v2's 0.81-0.86x
     (128, False): AttentionConfig(128, 128, 4, 3),
     (128, True): AttentionConfig(128, 64, 4, 3),
     (256, False): AttentionConfig(128, 64, 8, 4),
     (256, True): AttentionConfig(128, 64, 8, 3),
 }
-# v4 candidates (not yet measured on a GPU; docs/kernel-notes.md "v4 (candidate)"), keyed like
+# v4 candidates, measured in one quick run (results/h200/bench_v4_quick.*; docs/kernel-notes.md "v4"):
+# the head_dim 64 ones won every case and are the defaults above; the head_dim 128 causal ones
+# lost to v2 (0.75-0.84x vs 0.83-0.86x) and stay candidates only. Keyed like
 # `_MEASURED_DEFAULTS`. Chosen from offline sm_90 compiles (triton 3.9 + its ptxas, no GPU):
 # - head_dim 64: 64-row blocks capped at 168 registers, so three 4-warp programs share an SM
 #   (v2: two, at 255 registers with spills in the off-band loop); no spills, wgmma not serialized.
@@ -399,8 +401,8 @@ _MEASURED_DEFAULTS: dict[tuple[int, bool], AttentionConfig] = {
 #   m64n128 (block_n 128 with a 64-row accumulator fits: 243-255 registers, no spills).
 # `masked_stages=1` at head_dim 64 made ptxas serialize every wgmma (C7515), so it is not used there.
 V4_CANDIDATES: dict[tuple[int, bool], list[AttentionConfig]] = {
-    (64, False): [AttentionConfig(64, 128, 4, 4, maxnreg=168), AttentionConfig(64, 128, 4, 3, maxnreg=168)],
-    (64, True): [AttentionConfig(64, 128, 4, 3, maxnreg=168), AttentionConfig(64, 128, 4, 4, maxnreg=168)],
+    (64, False): [AttentionConfig(64, 128, 4, 3, maxnreg=168)],  # tied with the default (526 vs 524, 548 vs 548)
+    (64, True): [AttentionConfig(64, 128, 4, 4, maxnreg=168)],  # 480 vs 487 at 4k, 549 vs 547 at 16k
     (128, True): [AttentionConfig(128, 64, 4, 3, masked_stages=1), AttentionConfig(64, 128, 4, 3),
                   AttentionConfig(64, 128, 4, 3, masked_stages=1)],
 }
