@@ -220,8 +220,10 @@ else:
 # ## Summary
 #
 # - Benchmark rows carry their context; medians of many runs; FA3 repeats within a few per cent.
-# - Our Triton FP8 kernel reaches 0.43-0.87x FA3 FP8; it beats FA3 bf16 and vLLM's FP8 path
-#   at head dim 256 and for long sequences at 128, not at 64.
+# - Our Triton FP8 kernel reached 0.43-0.87x FA3 FP8 across the v2 grid; it beats FA3 bf16 and
+#   vLLM's FP8 path at head dim 256 and for long sequences at 128, not at 64. A later quick run
+#   (v4, `results/h200/bench_v4_quick.*`, docs/kernel-notes.md) retuned head dim 64 to 0.82-0.92x
+#   and measured v2 itself faster than its grid did; the full grid has not been re-run since.
 # - Attention is compute-bound; at small head dims the exp2 unit, not the tensor cores, is the wall.
 # - Static-scale quantization runs at copy speed; dynamic per-head scales cost a second pass.
 # - Open: vLLM's FP8 varlen path at head dim 256.

@@ -249,7 +249,10 @@ rec.pivot_table(index="setting", columns="version", values="tflops", sort=False)
 #   (warp specialization crashed the compiler at d=64).
 # - **Persistent scheduling** (v3): slower, removed.
 #
-# The result is 0.43-0.87x FA3 FP8 across the grid (notebook 07): FA3's remaining edge
+# - **Three programs per SM at head dim 64** (v4): 64-row blocks capped at 168 registers,
+#   found by reading the SASS offline; +2-7 % in one quick run.
+#
+# The result is 0.43-0.87x FA3 FP8 across the v2 grid (notebook 07): FA3's remaining edge
 # is its producer/consumer warpgroups with ping-pong softmax, which Triton 3.6 could
 # not give us.
 
