@@ -9,6 +9,7 @@ Descales are float32 (batch, heads_kv), any strides (stride 0 from expand() incl
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Iterator
 
@@ -19,6 +20,7 @@ __all__ = [
     "FP8_ATTENTION_DTYPES",
     "check_attention_inputs",
     "check_descale",
+    "check_softmax_scale",
     "sequences",
 ]
 
@@ -193,6 +195,17 @@ def check_attention_inputs(
     for name, d in (("q_descale", q_descale), ("k_descale", k_descale), ("v_descale", v_descale)):
         check_descale(name, d, batch, heads_kv, q.device)
     return AttentionShape(batch, heads_q, heads_kv, head_dim, head_dim_v, lens_q, lens_k, varlen, fp8)
+
+
+def check_softmax_scale(softmax_scale: float | torch.Tensor | None, head_dim: int) -> float:
+    """`softmax_scale` as a float, or `head_dim ** -0.5` for None; must be a finite real number."""
+    if softmax_scale is None:
+        return head_dim ** -0.5
+    if isinstance(softmax_scale, torch.Tensor) and softmax_scale.numel() == 1:
+        softmax_scale = softmax_scale.item()
+    if isinstance(softmax_scale, bool) or not isinstance(softmax_scale, (int, float)) or not math.isfinite(softmax_scale):
+        raise ValueError(f"softmax_scale: expected a finite number or None, got {softmax_scale!r}")
+    return float(softmax_scale)
 
 
 def sequences(shape: AttentionShape) -> Iterator[tuple[int, slice | int, slice | int]]:

@@ -26,7 +26,6 @@ seed: int = 0
 # %%
 import pandas as pd
 import seaborn as sns
-import torch
 
 import fp8lab
 from fp8lab import data, env, formats, metrics, scaling

@@ -151,7 +151,7 @@ spread = table[table.strategy.str.contains("current")].groupby("tensor")["sqnr"]
 record("current_strategies_sqnr_spread_db", spread.to_dict())
 head_gap = (worst_head["head_ranges", "kv-head / current"] - worst_head["head_ranges", "tensor / current"])
 record("head_ranges_worst_head_gain_db", head_gap)
-display(pd.concat({"best": best, "worst": worst}, axis=1))
+display(pd.concat({"best": best, "worst": worst}, axis=1))  # noqa: F821 - IPython
 pd.DataFrame({"SQNR spread of the current strategies (dB)": spread})
 
 # %% [markdown]

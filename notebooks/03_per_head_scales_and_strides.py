@@ -300,7 +300,7 @@ splots.plot_fallback_sweep(fallback)
 plt.show()
 pivot = fallback.pivot(index="q_amax", columns="mode", values="rel_l2")
 record("fallback_rel_l2", {f"{a:.3g}": row.to_dict() for a, row in pivot.iterrows()})
-display(fallback.pivot(index="q_amax", columns="mode", values=["rel_l2", "q_saturated"]))
+display(fallback.pivot(index="q_amax", columns="mode", values=["rel_l2", "q_saturated"]))  # noqa: F821 - IPython
 
 # %% [markdown]
 # * Between roughly 0.1 and 448 the three agree: with descale 1.0, Q's values are

@@ -14,13 +14,12 @@ a clear `TypeError`/`ValueError` and never a crash inside a kernel.
 
 from __future__ import annotations
 
-import math
 
 import torch
 
 from fp8lab.backends import gating, providers
 from fp8lab.backends.gating import Decision, Device, Request
-from fp8lab.layout import AttentionShape, check_attention_inputs
+from fp8lab.layout import AttentionShape, check_attention_inputs, check_softmax_scale
 
 __all__ = ["BackendError", "attention", "choose_backend", "device_of", "dequantize_inputs", "request_of"]
 
@@ -79,14 +78,6 @@ def choose_backend(
     """The `Decision` `attention` would take for these inputs (nothing runs). `layout_kwargs`: descales, cu_seqlens."""
     shape = check_attention_inputs(q, k, v, **layout_kwargs)  # type: ignore[arg-type]
     return _decide(q, shape, backend, return_lse, fp8_fallback)
-
-
-def _check_scale(softmax_scale: object, head_dim: int) -> float:
-    if softmax_scale is None:
-        return head_dim ** -0.5
-    if isinstance(softmax_scale, bool) or not isinstance(softmax_scale, (int, float)) or not math.isfinite(softmax_scale):
-        raise ValueError(f"softmax_scale: expected a finite number or None, got {softmax_scale!r}")
-    return float(softmax_scale)
 
 
 def dequantize_inputs(
@@ -151,7 +142,7 @@ def attention(
     for name, flag in (("causal", causal), ("return_lse", return_lse)):
         if not isinstance(flag, bool):
             raise TypeError(f"{name}: expected a bool, got {type(flag).__name__}")
-    scale = _check_scale(softmax_scale, shape.head_dim)
+    scale = check_softmax_scale(softmax_scale, shape.head_dim)
     decision = _decide(q, shape, backend, return_lse, fp8_fallback)
     if not decision.ok:
         raise BackendError(decision.error_message(backend), decision)

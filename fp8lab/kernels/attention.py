@@ -77,7 +77,7 @@ import triton.language as tl
 
 from fp8lab.env import triton_interpret
 from fp8lab.kernels.fp8_rounding import round_to_bf16, round_to_e4m3
-from fp8lab.layout import AttentionShape, check_attention_inputs, check_descale
+from fp8lab.layout import AttentionShape, check_attention_inputs, check_descale, check_softmax_scale
 
 __all__ = [
     "AttentionConfig",
@@ -545,9 +545,9 @@ def fp8_attention(
     d = shape.head_dim
     d_pad = triton.next_power_of_2(d)
     cfg = config or default_config(d, causal)
-    scale = d ** -0.5 if softmax_scale is None else float(softmax_scale)
-    if not (math.isfinite(scale) and scale > 0):
-        raise ValueError(f"softmax_scale: expected a finite number > 0, got {softmax_scale}")
+    scale = check_softmax_scale(softmax_scale, d)
+    if scale <= 0:
+        raise ValueError(f"softmax_scale: this kernel expects a number > 0, got {softmax_scale}")
     if not math.isfinite(max_offset) or not 0.0 <= max_offset <= 8.0:
         raise ValueError(f"max_offset: expected 0 <= max_offset <= 8 (P must stay below 448), got {max_offset}")
     round_p = triton_interpret() if round_p_in_fp32 is None else bool(round_p_in_fp32)

@@ -12,7 +12,7 @@ import math
 
 import torch
 
-from fp8lab.layout import AttentionShape, check_attention_inputs, check_descale, sequences
+from fp8lab.layout import AttentionShape, check_attention_inputs, check_descale, check_softmax_scale, sequences
 from fp8lab.reference.masks import key_range, normalize_window, visible
 
 __all__ = ["attention_exact", "dequantize", "group_rows", "ungroup_rows"]
@@ -139,17 +139,6 @@ def attention_exact(
         out[iq] = o[0]
         lse[:, iq] = l[0]
     return (out, lse) if return_lse else out
-
-
-def check_softmax_scale(softmax_scale: float | None, head_dim: int) -> float:
-    """`softmax_scale`, or `head_dim ** -0.5` for None; must be a finite real number."""
-    if softmax_scale is None:
-        return head_dim ** -0.5
-    if isinstance(softmax_scale, torch.Tensor) and softmax_scale.numel() == 1:
-        softmax_scale = softmax_scale.item()
-    if isinstance(softmax_scale, bool) or not isinstance(softmax_scale, (int, float)) or not math.isfinite(softmax_scale):
-        raise ValueError(f"softmax_scale: expected a finite number or None, got {softmax_scale!r}")
-    return float(softmax_scale)
 
 
 def shape_of(

@@ -30,8 +30,8 @@ from typing import Literal
 import torch
 
 from fp8lab.formats import cast_to_fp8
-from fp8lab.layout import sequences
-from fp8lab.reference.exact import check_softmax_scale, group_rows, query_chunk, shape_of, ungroup_rows
+from fp8lab.layout import check_softmax_scale, sequences
+from fp8lab.reference.exact import group_rows, query_chunk, shape_of, ungroup_rows
 from fp8lab.reference.masks import key_range, normalize_window, visible
 
 __all__ = ["HOPPER_FP8_MMA", "AccumulatorModel", "FA3Steps", "attention_fa3_fp8", "fa3_block_n", "mma"]
