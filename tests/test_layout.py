@@ -113,3 +113,13 @@ def test_cu_seqlens_dtype_and_pairing():
     cu = torch.tensor([0, 7], dtype=torch.int32)
     with pytest.raises(ValueError, match="max_seqlen_q"):
         check_attention_inputs(q, q, q, cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=3)
+
+
+def test_softmax_scale():
+    from fp8lab.layout import check_softmax_scale
+
+    assert check_softmax_scale(None, 64) == 0.125
+    assert check_softmax_scale(torch.tensor(0.3), 64) == pytest.approx(0.3)
+    for bad in (float("nan"), float("inf"), True, "0.1", torch.ones(2)):
+        with pytest.raises(ValueError, match="softmax_scale: expected a finite number"):
+            check_softmax_scale(bad, 64)
