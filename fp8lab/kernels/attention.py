@@ -51,13 +51,13 @@ Scheduling: one program per (query block, batch x head), on a 1-D grid that
 takes heads in chunks whose K and V fit in L2, longest query blocks first.
 
 Speed on an H200 (docs/kernel-notes.md, notebook 07): 0.43-0.87x FA3's FP8
-kernel. The levers that mattered: V pre-transposed (2.6x), 4-warp programs
+kernel over the v2 grid; 0.79-0.92x on the weakest cases in the later v4 run. The levers that mattered: V pre-transposed (2.6x), 4-warp programs
 (two per SM, overlapping one's softmax with the other's MMAs), per-head-dim
 block sizes. TMA descriptors (``use_tma``) and Triton's warp specialization
-(``warp_specialize``) are kept as switches; they measured no gain. The v4
-candidates (``V4_CANDIDATES``: 64-row blocks under a register cap at head_dim 64,
-an unpipelined on-band loop) were chosen from offline sm_90 compiles and await
-their measurement.
+(``warp_specialize``) are kept as switches; they measured no gain. At head_dim
+64, 64-row blocks under a 168-register cap (three programs per SM, found from
+offline sm_90 compiles) won 2-7 % in the v4 run and are the default there; the
+other ``V4_CANDIDATES`` (an unpipelined on-band loop at 128) lost.
 
 Under ``TRITON_INTERPRET=1`` (CI on a CPU) P and the output are rounded in
 float32 before their casts (`fp8lab.kernels.fp8_rounding`), because the
