@@ -27,6 +27,7 @@ __all__ = [
     "bench_grid",
     "load_results",
     "median_ms",
+    "median_ms_graph",
     "ratio_table",
     "tflops",
     "tbps",
@@ -124,6 +125,14 @@ def median_ms(fn: Callable[[], object], warmup_ms: int = 25, rep_ms: int = 100) 
     from triton.testing import do_bench
 
     return float(do_bench(fn, warmup=warmup_ms, rep=rep_ms, return_mode="median"))
+
+
+def median_ms_graph(fn: Callable[[], object], rep_ms: int = 100) -> float:
+    """Median milliseconds of `fn()` replayed from a captured CUDA graph: the kernels' own time,
+    without the host's launch overhead (which dominates kernels of tens of microseconds)."""
+    from triton.testing import do_bench_cudagraph
+
+    return float(do_bench_cudagraph(fn, rep=rep_ms, return_mode="median"))
 
 
 def bench_grid(

@@ -251,10 +251,16 @@ rec.pivot_table(index="setting", columns="version", values="tflops", sort=False)
 #
 # - **Three programs per SM at head dim 64** (v4): 64-row blocks capped at 168 registers,
 #   found by reading the SASS offline; +2-7 % in one quick run.
+# - **No device syncs in the host-side checks** (v4, measured in v5): the v2 timings held
+#   six per call; removing them was worth 13-60 % on the clock, none of it in the kernel.
+# - **Pipelined QK^T** (v5, `pipeline_qk=True`): the next block's scores are issued before
+#   this block's softmax, FA3's intra-warpgroup overlap. The SASS shows the overlap, yet it
+#   lost 5-17 % at head dims 64 and 128: two live score tiles need 250+ registers, so fewer
+#   programs share an SM. It won only at 256 causal (+0.3-4 %), where it is the default.
 #
-# The result is 0.43-0.87x FA3 FP8 across the v2 grid (notebook 07): FA3's remaining edge
-# is its producer/consumer warpgroups with ping-pong softmax, which Triton 3.6 could
-# not give us.
+# The result is 0.75-0.92x FA3 FP8 across the v5 grid (notebook 07): FA3's remaining edge
+# is its producer/consumer warpgroups with explicit ping-pong scheduling, which Triton 3.6
+# could not give us.
 
 # %% [markdown]
 # ## Summary

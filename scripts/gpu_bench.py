@@ -199,8 +199,11 @@ def quant(run: Run) -> None:
     dst = torch.empty_like(x)
     q_scale = torch.tensor([0.05], device="cuda")  # on the device, as vLLM keeps layer._q_scale
     ms = bench.median_ms(lambda: dst.copy_(x))
-    copy_bw = bench.tbps(4 * n, ms)
-    rows.append(dict(kernel="copy bf16->bf16 (torch)", ms=ms, bytes=4 * n, tbps=copy_bw, frac_copy=1.0))
+    ms_g = bench.median_ms_graph(lambda: dst.copy_(x))
+    copy_bw, copy_bw_g = bench.tbps(4 * n, ms), bench.tbps(4 * n, ms_g)
+    rows.append(dict(kernel="copy bf16->bf16 (torch)", ms=ms, ms_graph=ms_g, bytes=4 * n, tbps=copy_bw,
+                     tbps_graph=copy_bw_g, frac_copy=1.0, frac_copy_graph=1.0))
+    # eager: do_bench (host launch overhead included); graph: CUDA-graph replays (the kernels alone)
     for name, fn, moved in [
         ("static (vLLM Q)", lambda: quantize_fp8_static(x, q_scale), 3 * n),
         ("per-token", lambda: quantize_fp8(x, "token"), 3 * n + 4 * n // 128),
@@ -208,21 +211,22 @@ def quant(run: Run) -> None:
         ("per-tensor (2 passes)", lambda: quantize_fp8(x, "tensor"), 5 * n),
         ("torch cast_to_fp8 static", lambda: cast_to_fp8(x.float() * 20.0), 3 * n),
     ]:
-        ms = bench.median_ms(fn)
+        ms, ms_g = bench.median_ms(fn), bench.median_ms_graph(fn)
         useful = 3 * n  # read bf16 once, write e4m3 once
-        rows.append(dict(kernel=name, ms=ms, bytes=moved, tbps=bench.tbps(moved, ms),
-                         useful_tbps=bench.tbps(useful, ms), frac_copy=bench.tbps(useful, ms) / copy_bw))
+        rows.append(dict(kernel=name, ms=ms, ms_graph=ms_g, bytes=moved, tbps=bench.tbps(moved, ms),
+                         tbps_graph=bench.tbps(moved, ms_g), useful_tbps=bench.tbps(useful, ms),
+                         frac_copy=bench.tbps(useful, ms) / copy_bw,
+                         frac_copy_graph=bench.tbps(useful, ms_g) / copy_bw_g))
     import fp8lab.kernels.quantize as Qm
 
     default_tile = Qm.TILE_ELEMENTS
     for tile in (4096, 16384, 32768):
         Qm.TILE_ELEMENTS = tile
         for name, fn in [("static (vLLM Q)", lambda: quantize_fp8_static(x, q_scale)),
-                         ("per-token", lambda: quantize_fp8(x, "token")),
                          ("per-head (2 passes)", lambda: quantize_fp8(x, "head"))]:
-            ms = bench.median_ms(fn)
-            rows.append(dict(kernel=f"{name} tile={tile}", ms=ms, useful_tbps=bench.tbps(3 * n, ms),
-                             frac_copy=bench.tbps(3 * n, ms) / copy_bw))
+            ms_g = bench.median_ms_graph(fn)
+            rows.append(dict(kernel=f"{name} tile={tile}", ms_graph=ms_g,
+                             frac_copy_graph=bench.tbps(3 * n, ms_g) / copy_bw_g))
     Qm.TILE_ELEMENTS = default_tile
     run.save("quant", rows)
 
@@ -328,6 +332,187 @@ def grid(run: Run, best: dict, prov: dict) -> None:
 
 
 # ----------------------------------------------------------------------------------------
+def fa3_varlen_call(fa3, q, k, v, qd, kd, vd, causal, cu, max_s):
+    r = fa3.flash_attn_varlen_func(q, k, v, cu, cu, max_s, max_s, causal=causal,
+                                   q_descale=qd, k_descale=kd, v_descale=vd)
+    return r[0] if isinstance(r, tuple) else r
+
+
+def v5_candidates(d: int, causal: bool) -> list[tuple[str, "A.AttentionConfig"]]:
+    """The current default for (head_dim, causal), then the v5 (`pipeline_qk`) candidates."""
+    return [("default", A.default_config(d, causal))] + [("v5", c) for c in A.V5_CANDIDATES.get(d, [])]
+
+
+def _c(label: str) -> "A.AttentionConfig":
+    """An AttentionConfig from its label, e.g. 'm64n128w4s4-r168-pq'."""
+    import re
+
+    m = re.fullmatch(r"m(\d+)n(\d+)w(\d+)s(\d+)((?:-[a-z]+\d*)*)", label)
+    if not m:
+        raise ValueError(f"config label: expected like 'm128n64w4s3-r168-pq', got {label!r}")
+    opts = m.group(5)
+    reg = re.search(r"-r(\d+)", opts)
+    ms = re.search(r"-ms(\d+)", opts)
+    return A.AttentionConfig(int(m.group(1)), int(m.group(2)), int(m.group(3)), int(m.group(4)),
+                             use_tma="-tma" in opts, warp_specialize="-ws" in opts,
+                             masked_stages=int(ms.group(1)) if ms else 0, maxnreg=int(reg.group(1)) if reg else None,
+                             pipeline_qk="-pq" in opts)
+
+
+# v6 exploration (after the v5 run): block shapes that fit 3-4 programs per SM under a register
+# cap, 8-warp programs, deeper pipelines; each spill-free in an offline compile with the H200
+# host's Triton 3.6 and ptxas (stack <= 16 bytes, no wgmma serialization).
+V6_CANDIDATES: dict[tuple[int, bool], list[str]] = {
+    (64, False): ["m64n128w4s5-r168", "m64n64w4s4-r128", "m128n64w4s4-r168", "m64n64w4s3-r128"],
+    (64, True): ["m64n128w4s4-r168", "m64n64w4s4-r128", "m64n64w4s3-r128", "m128n64w4s4-r168"],
+    (128, False): ["m128n128w8s3", "m64n64w4s3-r168", "m128n64w4s3"],
+    (128, True): ["m128n64w4s4", "m64n64w4s3-r168", "m64n64w4s4-r168", "m128n128w8s3", "m128n64w8s3"],
+    (256, False): ["m128n128w8s2", "m128n64w8s4-pq", "m64n64w4s3", "m64n64w4s2-r240", "m128n64w8s3-r240-pq"],
+    (256, True): ["m128n64w8s3-pq", "m128n64w8s4-pq", "m128n128w8s2", "m64n64w4s3", "m128n64w8s3-r240-pq"],
+}
+
+
+def v6_candidates(d: int, causal: bool) -> list[tuple[str, "A.AttentionConfig"]]:
+    default = A.default_config(d, causal)
+    return [("default", default)] + [("v6", c) for c in map(_c, V6_CANDIDATES[(d, causal)]) if c != default]
+
+
+def v5(run: Run, prov: dict, candidates=None, section: str = "v5", full: bool = True) -> None:
+    """The whole grid with every v5 candidate next to the default and the other providers (--v5).
+
+    Correctness first (each candidate against the emulation on the GPU), then per grid case:
+    our default config, each v5 candidate, fa3-fwd FP8 (batched and varlen), fa3-fwd bf16 and
+    vLLM's FA3 FP8 varlen, all on the same inputs. A few cases also time the v2 host path
+    (descale value checks, i.e. device syncs, before the launch) to measure what it cost.
+    """
+    from fp8lab.layout import check_attention_inputs
+    from fp8lab.reference.exact import attention_exact
+    from fp8lab.reference.fa3 import attention_fa3_fp8
+
+    gen = torch.Generator(device="cuda").manual_seed(6)
+    rows: list[dict] = []
+    for d in (64, 128, 256):
+        for causal in (False, True):
+            if run.left() < 0.75 * run.budget:
+                print("correctness checks stop early to leave time for the timings", flush=True)
+                break
+            b, s, hq, hk = (1, 2048, 16, 16)
+            q, k, v, qd, kd, vd = make_inputs(b, s, s, hq, hk, d, gen)
+            vt = A.pretranspose_v(v)
+            exact = attention_exact(q, k, v, q_descale=qd, k_descale=kd, v_descale=vd, causal=causal)
+            emus: dict[int, torch.Tensor] = {}
+            for tag, cfg in (candidates or v5_candidates)(d, causal):
+                t0 = time.time()
+                name = f"{b}x{s}x{hq}/{hk}x{d}{' causal' if causal else ''}"
+                try:
+                    if cfg.block_n not in emus:
+                        emus[cfg.block_n] = attention_fa3_fp8(q, k, v, qd, kd, vd, block_n=cfg.block_n, causal=causal)
+                    emu = emus[cfg.block_n]
+                    out = A.fp8_attention(q, k, vt, qd, kd, vd, config=cfg, causal=causal)
+                    e_emu, e_exact = rel_l2(out, emu), rel_l2(emu, exact)
+                    rows.append(dict(section="correctness", case=name, version=tag, config=cfg.label(),
+                                     ours_vs_emu=e_emu, emu_vs_exact=e_exact, ratio=e_emu / max(e_exact, 1e-30),
+                                     finite=bool(torch.isfinite(out).all()), s=round(time.time() - t0, 1)))
+                except Exception as e:  # noqa: BLE001
+                    rows.append(dict(section="correctness", case=name, version=tag, config=cfg.label(),
+                                     error=repr(e)[:300]))
+                print(rows[-1], flush=True)
+            run.save(section, rows)
+            del q, k, v, vt, exact, emus
+
+    host_path_cases = {"4x4096x32x64 causal", "4x4096x32x128 causal", "1x16384x32x128"}
+    for case in bench.bench_grid():
+        if run.left() < 10:
+            print("budget exhausted; v5 grid stops before", case.label(), flush=True)
+            break
+        b, s, h, d, causal = case.batch, case.seqlen, case.heads_q, case.head_dim, case.causal
+        q, k, v, qd, kd, vd = make_inputs(b, s, s, h, h, d, gen)
+        vt = A.pretranspose_v(v)
+        timed = [(tag, cfg.label(), (lambda cfg=cfg: A.fp8_attention(q, k, vt, qd, kd, vd, causal=causal, config=cfg)))
+                 for tag, cfg in (candidates or v5_candidates)(d, causal)]
+        if full and case.label() in host_path_cases:
+            cfg0 = A.default_config(d, causal)
+
+            def v2_host_path(cfg=cfg0):
+                check_attention_inputs(q, k, v, q_descale=qd, k_descale=kd, v_descale=vd)
+                return A.fp8_attention(q, k, vt, qd, kd, vd, causal=causal, config=cfg)
+            timed.append(("v2 host path", cfg0.label(), v2_host_path))
+        if "fa3" in prov:
+            timed.append(("fa3-fwd FP8", "", lambda: fa3_call(prov["fa3"], q, k, v, qd, kd, vd, causal)))
+        cu = torch.arange(0, b + 1, device="cuda", dtype=torch.int32) * s
+        qf, kf, vf = (x.reshape(b * s, h, d) for x in (q, k, v))
+        if full and "fa3" in prov:
+            timed.append(("fa3-fwd FP8 varlen", "", lambda: fa3_varlen_call(prov["fa3"], qf, kf, vf, qd, kd, vd, causal, cu, s)))
+        if full and "vllm" in prov:
+            timed.append(("vLLM FA3 FP8 varlen", "", lambda: vllm_call(prov["vllm"], qf, kf, vf, qd, kd, vd, causal, cu, s)))
+        if full and "fa3" in prov:
+            qb, kb, vb = (torch.randn(x.shape, device="cuda", dtype=torch.bfloat16, generator=gen) for x in (q, k, v))
+            timed.append(("fa3-fwd bf16", "", lambda: fa3_call(prov["fa3"], qb, kb, vb, None, None, None, causal)))
+        time_rows(run, rows, case, timed)
+        run.save(section, rows)
+        del q, k, v, vt, qf, kf, vf
+
+
+def derive_grid(raw_path: Path) -> Path:
+    """bench_v5_grid.json from a --v5 run's raw rows: one row per (case, provider), in the v2
+    grid's schema, so notebook 07 reads it like every grid. "fp8lab" is the config that is the
+    default now (`A.default_config`), timed in that same run; candidates stay in the raw file."""
+    raw = bench.load_results(raw_path)
+    rows = []
+    for r in raw["rows"]:
+        if r.get("section") != "speed" or "tflops" not in r:
+            continue
+        r = {k: r[k] for k in ("case", "head_dim", "seqlen", "batch", "causal", "provider", "config", "ms", "tflops")}
+        if r["provider"] in ("default", "v5"):
+            if r["config"] != A._MEASURED_DEFAULTS[(r["head_dim"], r["causal"])].label():
+                continue
+            r.update(provider="fp8lab", layout="transposed")
+        rows.append(r)
+    out = raw_path.with_name(raw_path.name.replace("_raw", "_grid"))
+    bench.write_results(out, rows, raw["context"], derived_from=raw_path.name,
+                        note="fp8lab = the current default config per case, from the same run as the other providers")
+    return out
+
+
+def v5_summary(run: Run, section: str = "v5") -> None:
+    rows = run.sections.get(section, [])
+    bad = [r for r in rows if r.get("section") == "correctness" and ("error" in r or not r["ratio"] < 0.5)]
+    print(f"\nv5 correctness: {sum(r.get('section') == 'correctness' for r in rows)} rows, flagged {len(bad)}")
+    for r in bad:
+        print("  ", r)
+    speed = [r for r in rows if r.get("section") == "speed" and "tflops" in r]
+    by_case: dict[str, dict[str, tuple[str, float]]] = {}
+    for r in speed:
+        key = r["provider"] if r["provider"] not in ("v5", "v6") else "v5:" + r["config"]
+        by_case.setdefault(r["case"], {})[key] = (r["config"], r["tflops"])
+    print(f"{'case':<24} {'default':>8} {'best v5':>8} {'config':<18} {'FA3fp8':>7} {'x':>5} {'bf16':>6} {'vllm':>6} {'fa3vl':>6} {'v2host':>6}")
+    for case, d in by_case.items():
+        v5s = [(v[1], v[0]) for key, v in d.items() if key.startswith("v5:")]
+        best = max(v5s) if v5s else (float("nan"), "")
+        fa3 = d.get("fa3-fwd FP8", ("", float("nan")))[1]
+        top = max(best[0], d.get("default", ("", 0))[1])
+        g = lambda key: d.get(key, ("", float("nan")))[1]  # noqa: E731
+        print(f"{case:<24} {g('default'):8.0f} {best[0]:8.0f} {best[1]:<18} {fa3:7.0f} {top / fa3:5.2f} "
+              f"{g('fa3-fwd bf16'):6.0f} {g('vLLM FA3 FP8 varlen'):6.0f} {g('fa3-fwd FP8 varlen'):6.0f} {g('v2 host path'):6.0f}")
+
+
+def time_rows(run: Run, rows: list[dict], case: "bench.AttentionCase", timed: list, min_left: float = 0.0) -> None:
+    """Median-time each (provider, config label, fn) of `timed` on `case`; a row each (or its error)."""
+    for tag, label, fn in timed:
+        if run.left() < min_left:
+            break
+        t0 = time.time()
+        try:
+            ms = bench.median_ms(fn)
+            rows.append(dict(section="speed", case=case.label(), head_dim=case.head_dim, seqlen=case.seqlen,
+                             batch=case.batch, causal=case.causal, provider=tag, config=label, ms=ms,
+                             tflops=bench.tflops(case.flops(), ms), compile_and_time_s=round(time.time() - t0, 1)))
+        except Exception as e:  # noqa: BLE001
+            rows.append(dict(section="speed", case=case.label(), provider=tag, config=label, error=repr(e)[:300]))
+        print(rows[-1], flush=True)
+
+
+# ----------------------------------------------------------------------------------------
 QUICK_CASES = [  # (head_dim, causal, batch, seqlen), weakest first; the last is the control
     (64, True, 4, 4096), (128, True, 4, 4096), (64, False, 4, 4096), (128, True, 2, 8192),
     (64, True, 1, 16384), (64, False, 1, 16384), (128, False, 1, 16384),
@@ -392,18 +577,7 @@ def quick(run: Run, prov: dict) -> None:
                  for tag, cfg in quick_candidates(d, causal)]
         if "fa3" in prov:
             timed.append(("fa3-fwd FP8", "", lambda: fa3_call(prov["fa3"], q, k, v, qd, kd, vd, causal)))
-        for tag, label, fn in timed:
-            if run.left() < 4:
-                break
-            t0 = time.time()
-            try:
-                ms = bench.median_ms(fn)
-                rows.append(dict(section="speed", case=case.label(), head_dim=d, seqlen=s, batch=b, causal=causal,
-                                 provider=tag, config=label, ms=ms, tflops=bench.tflops(case.flops(), ms),
-                                 compile_and_time_s=round(time.time() - t0, 1)))
-            except Exception as e:  # noqa: BLE001
-                rows.append(dict(section="speed", case=case.label(), provider=tag, config=label, error=repr(e)[:300]))
-            print(rows[-1], flush=True)
+        time_rows(run, rows, case, timed, min_left=4)
         run.save("quick", rows)
         del q, k, v, vt
 
@@ -454,7 +628,8 @@ def inspect_offline(out: Path) -> None:
             const = dict(GROUP=1, HEAD_DIM=d, HEAD_DIM_PAD=d, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
                          CAUSAL=causal, VARLEN=False, USE_TMA=False, V_TRANSPOSED=True,
                          WARP_SPECIALIZE=cfg.warp_specialize, MAX_OFFSET=A.FA3_MAX_OFFSET,
-                         MASKED_STAGES=cfg.masked_stages, ROUND_IN_FP32=False, **dict.fromkeys(unit_strides, 1))
+                         MASKED_STAGES=cfg.masked_stages, PIPELINE_QK=cfg.pipeline_qk, ROUND_IN_FP32=False,
+                         **dict.fromkeys(unit_strides, 1))
             sig = {p: "constexpr" if p in const else ptr.get(p, "fp32" if p == "softmax_scale_log2" else "i32")
                    for p in params}
             attrs = {(i,): [["tt.divisibility", 16]] for i, p in enumerate(params) if sig[p] not in ("constexpr", "fp32")}
@@ -528,6 +703,12 @@ def main() -> None:
     ap.add_argument("--skip", default="", help="comma list of sections to skip: correctness,quant,sweep,grid")
     ap.add_argument("--quick", action="store_true",
                     help="only v2 vs the v4 candidates vs FA3 FP8 on the weakest cases (fits ~130 s)")
+    ap.add_argument("--v5", action="store_true",
+                    help="the whole grid: default vs the v5 (pipeline_qk) candidates vs FA3 / vLLM (~6 min)")
+    ap.add_argument("--v6", action="store_true",
+                    help="the whole grid: default vs the v6 candidates vs fa3-fwd FP8 (~5 min)")
+    ap.add_argument("--derive-grid", metavar="RAW_JSON",
+                    help="no GPU: write bench_v5_grid.json from a --v5 run's raw JSON (see derive_grid)")
     ap.add_argument("--inspect", action="store_true",
                     help="no GPU needed: compile v2 and the v4 candidates for sm_90 and report registers, "
                          "spills and wgmma serialization (writes inspect_sm90.json)")
@@ -536,11 +717,25 @@ def main() -> None:
     if args.inspect:
         inspect_offline(out)
         return
+    if args.derive_grid:
+        print("wrote", derive_grid(Path(args.derive_grid)))
+        return
     out.mkdir(parents=True, exist_ok=True)
     run = Run(out, args.budget)
     skip = set(filter(None, args.skip.split(",")))
     prov = load_providers(vllm=not args.quick)  # --quick compares with fa3-fwd only
     print("context:", json.dumps(run.ctx), flush=True)
+    for wanted, section, fn in ((args.v5, "v5", lambda: v5(run, prov)),
+                                (args.v6, "v6", lambda: v5(run, prov, v6_candidates, "v6", full=False))):
+        if wanted:
+            t = time.time()
+            try:
+                fn()
+            except Exception:  # noqa: BLE001
+                traceback.print_exc()
+            print(f"{section}: {time.time() - t:.1f}s", flush=True)
+            v5_summary(run, section)
+            return
     if args.quick:
         t = time.time()
         try:

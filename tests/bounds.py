@@ -29,8 +29,9 @@ def max_abs_score_terms(q: torch.Tensor, k: torch.Tensor, descales: dict, kw: di
                                   dtype=torch.float32)
     worst = 0.0
     for _, iq, ik in sequences(shape):
-        ka = kf[ik].abs().repeat_interleave(shape.group_size, dim=1)
-        worst = max(worst, torch.einsum("qhd,khd->hqk", qf[iq].abs(), ka).max().item())
+        terms = torch.einsum("qhd,khd->hqk", qf[iq].abs(), kf[ik].abs().repeat_interleave(shape.group_size, dim=1))
+        if terms.numel():  # an empty sequence has no scores
+            worst = max(worst, terms.max().item())
     return worst * shape.head_dim ** -0.5
 
 

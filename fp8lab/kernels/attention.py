@@ -50,14 +50,16 @@ FA3 emulation in `fp8lab.reference` uses (``reverse_blocks=True``).
 Scheduling: one program per (query block, batch x head), on a 1-D grid that
 takes heads in chunks whose K and V fit in L2, longest query blocks first.
 
-Speed on an H200 (docs/kernel-notes.md, notebook 07): 0.43-0.87x FA3's FP8
-kernel over the v2 grid; 0.79-0.92x on the weakest cases in the later v4 run. The levers that mattered: V pre-transposed (2.6x), 4-warp programs
-(two per SM, overlapping one's softmax with the other's MMAs), per-head-dim
-block sizes. TMA descriptors (``use_tma``) and Triton's warp specialization
-(``warp_specialize``) are kept as switches; they measured no gain. At head_dim
-64, 64-row blocks under a 168-register cap (three programs per SM, found from
-offline sm_90 compiles) won 2-7 % in the v4 run and are the default there; the
-other ``V4_CANDIDATES`` (an unpipelined on-band loop at 128) lost.
+Speed on an H200 (docs/kernel-notes.md, notebook 07; v5 grid, every provider in one
+run): 0.81-0.88x FA3's FP8 kernel at head dim 64, 0.77-0.92x at 128, 0.75-0.83x at 256;
+faster than FA3 bf16 in all 18 cases and than vLLM's FP8 varlen path in 16. The levers
+that mattered: V pre-transposed (2.6x), 4-warp programs (two or three per SM, overlapping
+one's softmax with another's MMAs), per-head-dim block sizes, and no device syncs in the
+host-side checks (they had cost 0.3-0.6 ms per call). ``pipeline_qk`` issues the next
+block's QK^T before this block's softmax (FA3's intra-warpgroup overlap; the SASS shows
+the overlap) and is the default only at head dim 256 causal (+0.3-4 %); elsewhere it
+lost. TMA descriptors (``use_tma``) and Triton's warp specialization
+(``warp_specialize``) measured no gain and stay switches.
 
 Under ``TRITON_INTERPRET=1`` (CI on a CPU) P and the output are rounded in
 float32 before their casts (`fp8lab.kernels.fp8_rounding`), because the
@@ -100,6 +102,92 @@ VLayout = Literal["auto", "natural", "transposed"]
 # The kernel
 # --------------------------------------------------------------------------------------
 @triton.jit
+def _tile_mask(offs_n, seqlen_k, MASKED: tl.constexpr, HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr):
+    """The load mask of a K/V tile (None when every element is in bounds)."""
+    if HEAD_DIM == HEAD_DIM_PAD:  # no column mask: unmasked blocks load without predicates
+        if MASKED:
+            load_mask = (offs_n < seqlen_k)[:, None]
+        else:
+            load_mask = None
+    else:  # 96, 192: the padded columns read as 0 and are never stored
+        d_ok = (tl.arange(0, HEAD_DIM_PAD) < HEAD_DIM)[None, :]
+        if MASKED:
+            load_mask = (offs_n < seqlen_k)[:, None] & d_ok
+        else:
+            load_mask = d_ok
+    return load_mask
+
+
+@triton.jit
+def _load_tile(ptrs, n0, stride_s, load_mask):
+    """A pointer-loaded K or V tile of key block `n0` (the pointer tile is block 0's)."""
+    if load_mask is None:
+        tile = tl.load(ptrs + n0.to(tl.int64) * stride_s)
+    else:
+        tile = tl.load(ptrs + n0.to(tl.int64) * stride_s, mask=load_mask, other=0.0)
+    return tile
+
+
+@triton.jit
+def _load_k(K, k_ptrs, stride_ks, tma_b, hk, k_start, n0, load_mask,
+            HEAD_DIM_PAD: tl.constexpr, BLOCK_N: tl.constexpr, USE_TMA: tl.constexpr):
+    """The K tile of key block `n0`, (BLOCK_N, HEAD_DIM_PAD). TMA: rows past the tensor read as zeros."""
+    if USE_TMA:
+        k = K.load([tma_b, k_start + n0, hk, 0]).reshape(BLOCK_N, HEAD_DIM_PAD)
+    else:
+        k = _load_tile(k_ptrs, n0, stride_ks, load_mask)
+    return k
+
+
+@triton.jit
+def _load_v(V, v_ptrs, stride_vs, tma_b, hk, k_start, n0, load_mask,
+            HEAD_DIM_PAD: tl.constexpr, BLOCK_N: tl.constexpr, USE_TMA: tl.constexpr, V_TRANSPOSED: tl.constexpr):
+    """The V tile of key block `n0`, (BLOCK_N, HEAD_DIM_PAD)."""
+    # FP8 step 4: the wgmma B operand must be key-contiguous.
+    if USE_TMA:
+        if V_TRANSPOSED:
+            v = tl.trans(V.load([tma_b, hk, 0, k_start + n0]).reshape(HEAD_DIM_PAD, BLOCK_N))
+        else:
+            v = V.load([tma_b, k_start + n0, hk, 0]).reshape(BLOCK_N, HEAD_DIM_PAD)
+    else:
+        # One expression for both layouts: Triton specialises strides equal to 1, so with
+        # stride_vs == 1 (pre-transposed) the tile lands key-contiguous, and with
+        # stride_vd == 1 (natural) the compiler transposes it on its way to shared memory.
+        v = _load_tile(v_ptrs, n0, stride_vs, load_mask)
+    return v
+
+
+@triton.jit
+def _scores(q, k, n0, offs_m, seqlen_k, diag, BLOCK_N: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr):
+    """S = Q K^T on raw e4m3 codes (fp32, descales not applied yet); masked -> -inf."""
+    s = tl.dot(q, tl.trans(k))
+    if MASKED:
+        offs_n = n0 + tl.arange(0, BLOCK_N)
+        keep = (offs_n < seqlen_k)[None, :]
+        if CAUSAL:
+            keep = keep & (offs_n[None, :] <= offs_m[:, None] + diag)  # bottom-right alignment
+        s = tl.where(keep, s, float("-inf"))
+    return s
+
+
+@triton.jit
+def _softmax_pv(acc, l_i, m_i, s, v, scale_log2, MAX_OFFSET: tl.constexpr, ROUND_IN_FP32: tl.constexpr):
+    """Online-softmax update with the scores `s` of one key block, P cast to e4m3, acc += P V."""
+    m_new = tl.maximum(m_i, tl.max(s, 1))
+    m_use = tl.where(m_new == float("-inf"), 0.0, m_new)  # fully masked rows so far: avoid inf - inf
+    max_scaled = m_use * scale_log2 - MAX_OFFSET  # FP8 step 2: subtract (max - 8), P in [0, 2^8]
+    p = tl.math.exp2(s * scale_log2 - max_scaled[:, None])  # FP8 step 1: scale_log2 holds the descales
+    alpha = tl.math.exp2((m_i - m_use) * scale_log2)
+    l_i = l_i * alpha + tl.sum(p, 1)  # the row sum uses the float32 P, as FA3 does
+    acc = acc * alpha[:, None]
+    # FP8 step 3: P to e4m3, nearest even (P <= 256 < 448: never saturates).
+    if ROUND_IN_FP32:  # the interpreter's cast is wrong on carries: pre-round so the cast is exact
+        p = round_to_e4m3(p)
+    acc = tl.dot(p.to(tl.float8e4nv), v, acc)
+    return acc, l_i, m_new
+
+
+@triton.jit
 def _attend_block(
     acc, l_i, m_i, q,  # running state and the resident Q tile
     K, V,  # TMA descriptors when USE_TMA, else unused
@@ -117,72 +205,16 @@ def _attend_block(
     MMA and the softmax (for a loop that is not software-pipelined; a pipelined loop
     prefetches V anyway).
     """
-    offs_n = n0 + tl.arange(0, BLOCK_N)
-    in_k = offs_n < seqlen_k
-    if HEAD_DIM == HEAD_DIM_PAD:  # no column mask: unmasked blocks load without predicates
-        if MASKED:
-            load_mask = in_k[:, None]
-        else:
-            load_mask = None
-    else:  # 96, 192: the padded columns read as 0 and are never stored
-        d_ok = (tl.arange(0, HEAD_DIM_PAD) < HEAD_DIM)[None, :]
-        if MASKED:
-            load_mask = in_k[:, None] & d_ok
-        else:
-            load_mask = d_ok
-    if USE_TMA:  # rows past the tensor read as zeros; past a varlen sequence, they are masked below
-        k = K.load([tma_b, k_start + n0, hk, 0]).reshape(BLOCK_N, HEAD_DIM_PAD)
-    else:
-        if load_mask is None:
-            k = tl.load(k_ptrs + n0.to(tl.int64) * stride_ks)
-        else:
-            k = tl.load(k_ptrs + n0.to(tl.int64) * stride_ks, mask=load_mask, other=0.0)
+    load_mask = _tile_mask(n0 + tl.arange(0, BLOCK_N), seqlen_k, MASKED, HEAD_DIM, HEAD_DIM_PAD)
+    k = _load_k(K, k_ptrs, stride_ks, tma_b, hk, k_start, n0, load_mask, HEAD_DIM_PAD, BLOCK_N, USE_TMA)
     if V_FIRST:
         v = _load_v(V, v_ptrs, stride_vs, tma_b, hk, k_start, n0, load_mask,
                     HEAD_DIM_PAD, BLOCK_N, USE_TMA, V_TRANSPOSED)
-    s = tl.dot(q, tl.trans(k))  # raw e4m3 codes in, fp32 scores out (descales not applied yet)
-    if MASKED:
-        keep = in_k[None, :]
-        if CAUSAL:
-            keep = keep & (offs_n[None, :] <= offs_m[:, None] + diag)  # bottom-right alignment
-        s = tl.where(keep, s, float("-inf"))
-    m_new = tl.maximum(m_i, tl.max(s, 1))
-    m_use = tl.where(m_new == float("-inf"), 0.0, m_new)  # fully masked rows so far: avoid inf - inf
-    max_scaled = m_use * scale_log2 - MAX_OFFSET  # FP8 step 2: subtract (max - 8), P in [0, 2^8]
-    p = tl.math.exp2(s * scale_log2 - max_scaled[:, None])  # FP8 step 1: scale_log2 holds the descales
-    alpha = tl.math.exp2((m_i - m_use) * scale_log2)
-    l_i = l_i * alpha + tl.sum(p, 1)  # the row sum uses the float32 P, as FA3 does
-    acc = acc * alpha[:, None]
-    # FP8 step 3: P to e4m3, nearest even (P <= 256 < 448: never saturates).
-    if ROUND_IN_FP32:  # the interpreter's cast is wrong on carries: pre-round so the cast is exact
-        p = round_to_e4m3(p)
-    p8 = p.to(tl.float8e4nv)
+    s = _scores(q, k, n0, offs_m, seqlen_k, diag, BLOCK_N, MASKED, CAUSAL)
     if not V_FIRST:
         v = _load_v(V, v_ptrs, stride_vs, tma_b, hk, k_start, n0, load_mask,
                     HEAD_DIM_PAD, BLOCK_N, USE_TMA, V_TRANSPOSED)
-    acc = tl.dot(p8, v, acc)
-    return acc, l_i, m_new
-
-
-@triton.jit
-def _load_v(V, v_ptrs, stride_vs, tma_b, hk, k_start, n0, load_mask,
-            HEAD_DIM_PAD: tl.constexpr, BLOCK_N: tl.constexpr, USE_TMA: tl.constexpr, V_TRANSPOSED: tl.constexpr):
-    """The V tile of key block `n0`, (BLOCK_N, HEAD_DIM_PAD)."""
-    # FP8 step 4: the wgmma B operand must be key-contiguous.
-    if USE_TMA:
-        if V_TRANSPOSED:
-            v = tl.trans(V.load([tma_b, hk, 0, k_start + n0]).reshape(HEAD_DIM_PAD, BLOCK_N))
-        else:
-            v = V.load([tma_b, k_start + n0, hk, 0]).reshape(BLOCK_N, HEAD_DIM_PAD)
-    else:
-        # One expression for both layouts: Triton specialises strides equal to 1, so with
-        # stride_vs == 1 (pre-transposed) the tile lands key-contiguous, and with
-        # stride_vd == 1 (natural) the compiler transposes it on its way to shared memory.
-        if load_mask is None:
-            v = tl.load(v_ptrs + n0.to(tl.int64) * stride_vs)
-        else:
-            v = tl.load(v_ptrs + n0.to(tl.int64) * stride_vs, mask=load_mask, other=0.0)
-    return v
+    return _softmax_pv(acc, l_i, m_i, s, v, scale_log2, MAX_OFFSET, ROUND_IN_FP32)
 
 
 @triton.jit
@@ -213,6 +245,7 @@ def _fp8_attention_fwd(
     WARP_SPECIALIZE: tl.constexpr,  # let Triton split loads and math into warp groups (off-band loop)
     MAX_OFFSET: tl.constexpr,  # 8.0 as FA3; 0.0 gives plain softmax P in [0, 1]
     MASKED_STAGES: tl.constexpr,  # 0: the on-band loop is pipelined like the rest (v2); 1: not (v4)
+    PIPELINE_QK: tl.constexpr,  # off-band loop: issue the next block's QK^T before this block's softmax (v5)
     ROUND_IN_FP32: tl.constexpr,  # exact P and output rounding under the interpreter (see fp8_rounding)
 ):
     # Scheduling: (batch, head) pairs are taken in chunks of `heads_per_chunk`, whose K and V
@@ -306,14 +339,36 @@ def _fp8_attention_fwd(
                 MASKED_STAGES == 1,
             )
     # Phase 2, off the band: fully visible blocks, no mask work at all.
-    for i in tl.range(0, n_full, warp_specialize=WARP_SPECIALIZE):
-        n0 = (n_full - 1 - i) * BLOCK_N
-        acc, l_i, m_i = _attend_block(
-            acc, l_i, m_i, q, K, V, k_ptrs, v_ptrs, stride_ks, stride_vs, tma_b, hk, k_start,
-            n0, offs_m, seqlen_k, diag, scale_log2,
-            HEAD_DIM, HEAD_DIM_PAD, BLOCK_N, False, CAUSAL, USE_TMA, V_TRANSPOSED, MAX_OFFSET, ROUND_IN_FP32,
-            False,
-        )
+    if not PIPELINE_QK:
+        for i in tl.range(0, n_full, warp_specialize=WARP_SPECIALIZE):
+            n0 = (n_full - 1 - i) * BLOCK_N
+            acc, l_i, m_i = _attend_block(
+                acc, l_i, m_i, q, K, V, k_ptrs, v_ptrs, stride_ks, stride_vs, tma_b, hk, k_start,
+                n0, offs_m, seqlen_k, diag, scale_log2,
+                HEAD_DIM, HEAD_DIM_PAD, BLOCK_N, False, CAUSAL, USE_TMA, V_TRANSPOSED, MAX_OFFSET, ROUND_IN_FP32,
+                False,
+            )
+    elif n_full > 0:
+        # v5, FA3's intra-warpgroup overlap: the scores of block j-1 are issued (an async
+        # wgmma) before the softmax of block j, so the tensor cores work while the same warps
+        # compute exp2. Same operations in the same order: the same bits.
+        off_mask = _tile_mask(tl.arange(0, BLOCK_N), seqlen_k, False, HEAD_DIM, HEAD_DIM_PAD)
+        n0 = (n_full - 1) * BLOCK_N
+        k = _load_k(K, k_ptrs, stride_ks, tma_b, hk, k_start, n0, off_mask, HEAD_DIM_PAD, BLOCK_N, USE_TMA)
+        s = _scores(q, k, n0, offs_m, seqlen_k, diag, BLOCK_N, False, CAUSAL)
+        for i in tl.range(0, n_full - 1):
+            n0 = (n_full - 1 - i) * BLOCK_N
+            k = _load_k(K, k_ptrs, stride_ks, tma_b, hk, k_start, n0 - BLOCK_N, off_mask,
+                        HEAD_DIM_PAD, BLOCK_N, USE_TMA)
+            s_next = _scores(q, k, n0 - BLOCK_N, offs_m, seqlen_k, diag, BLOCK_N, False, CAUSAL)
+            v = _load_v(V, v_ptrs, stride_vs, tma_b, hk, k_start, n0, off_mask, HEAD_DIM_PAD, BLOCK_N,
+                        USE_TMA, V_TRANSPOSED)
+            acc, l_i, m_i = _softmax_pv(acc, l_i, m_i, s, v, scale_log2, MAX_OFFSET, ROUND_IN_FP32)
+            s = s_next
+        first = pid * 0  # key block 0, as a tensor (tile offsets are widened to int64)
+        v = _load_v(V, v_ptrs, stride_vs, tma_b, hk, k_start, first, off_mask, HEAD_DIM_PAD, BLOCK_N,
+                    USE_TMA, V_TRANSPOSED)
+        acc, l_i, m_i = _softmax_pv(acc, l_i, m_i, s, v, scale_log2, MAX_OFFSET, ROUND_IN_FP32)
 
     # Epilogue: normalise, apply v_descale once, write bf16 out and the natural-log lse.
     empty = l_i == 0.0  # fully masked rows: out = 0, lse = -inf
@@ -344,6 +399,8 @@ class AttentionConfig:
     n > 0 gives it its own `num_stages=n` (1: no prefetch, V loaded before QK^T; v4 candidate).
     `maxnreg`: cap on registers per thread (ptxas ``.maxnreg``), so more programs share an SM:
     65536 registers / (32 * num_warps * maxnreg) programs, e.g. 3 at 4 warps and 168.
+    `pipeline_qk`: in the off-band loop, issue the next key block's QK^T before this block's
+    softmax, so the tensor cores and the exp2 units work at once (v5; same bits).
     """
 
     block_m: int = 128
@@ -354,12 +411,13 @@ class AttentionConfig:
     warp_specialize: bool = False
     masked_stages: int = 0
     maxnreg: int | None = None
+    pipeline_qk: bool = False
 
     def label(self) -> str:
         return (f"m{self.block_m}n{self.block_n}w{self.num_warps}s{self.num_stages}"
                 + ("-tma" if self.use_tma else "") + ("-ws" if self.warp_specialize else "")
                 + (f"-ms{self.masked_stages}" if self.masked_stages else "")
-                + (f"-r{self.maxnreg}" if self.maxnreg else ""))
+                + (f"-r{self.maxnreg}" if self.maxnreg else "") + ("-pq" if self.pipeline_qk else ""))
 
 
 def attention_configs(head_dim: int) -> list[AttentionConfig]:
@@ -371,25 +429,27 @@ def attention_configs(head_dim: int) -> list[AttentionConfig]:
     """
     C = AttentionConfig
     if head_dim <= 64:
-        cands = [C(128, 128, 4, 3), C(128, 128, 4, 4), C(64, 128, 4, 3), C(128, 64, 4, 3),
-                 *V4_CANDIDATES[(64, False)], *V4_CANDIDATES[(64, True)]]
+        cands = [*V4_CANDIDATES[(64, False)], *V4_CANDIDATES[(64, True)], C(64, 64, 4, 4, maxnreg=128),
+                 C(128, 128, 4, 4), C(128, 64, 4, 3), V5_CANDIDATES[64][0]]
         return list(dict.fromkeys(cands))
     if head_dim <= 128:
-        cands = [C(128, 128, 4, 3), C(128, 64, 4, 3), C(64, 128, 4, 3), C(128, 128, 8, 3),
-                 *V4_CANDIDATES[(128, True)]]
+        cands = [C(128, 128, 4, 3), C(128, 64, 4, 3), C(128, 64, 4, 4), C(64, 64, 4, 3, maxnreg=168),
+                 C(64, 128, 4, 3), V5_CANDIDATES[128][0]]
         return list(dict.fromkeys(cands))
-    return [C(128, 64, 8, 3), C(128, 64, 8, 4), C(64, 64, 4, 3), C(128, 32, 8, 3)]
+    return [C(128, 64, 8, 4), C(128, 64, 8, 3, pipeline_qk=True), C(128, 128, 8, 2), C(128, 64, 8, 3)]
 
 
-# Winners of the H200 sweep at 2 x 8192 x 32 heads (scripts/gpu_bench.py, v2 in docs/kernel-notes.md),
-# keyed by (padded head_dim, causal). TFLOP/s there: 64: 455 / 389, 128: 732 / 612, 256: 817 / 768.
+# The configs `fp8_attention` uses on a GPU, keyed by (padded head_dim, causal): winners of the
+# H200 sweeps (scripts/gpu_bench.py; docs/kernel-notes.md v2, v4, v5, v6). In the v5 grid (every
+# provider in one run, results/h200/bench_v5_grid.*) they reach 0.75-0.92x FA3 FP8; none of the
+# v5/v6 candidates beat them by more than run-to-run noise except pipeline_qk at 256 causal.
 _MEASURED_DEFAULTS: dict[tuple[int, bool], AttentionConfig] = {
     (64, False): AttentionConfig(64, 128, 4, 4, maxnreg=168),  # v4: 0.82-0.86x FA3 vs v2's 0.80-0.83x
     (64, True): AttentionConfig(64, 128, 4, 3, maxnreg=168),  # v4: 0.86-0.92x FA3 vs v2's 0.81-0.86x
     (128, False): AttentionConfig(128, 128, 4, 3),
     (128, True): AttentionConfig(128, 64, 4, 3),
     (256, False): AttentionConfig(128, 64, 8, 4),
-    (256, True): AttentionConfig(128, 64, 8, 3),
+    (256, True): AttentionConfig(128, 64, 8, 3, pipeline_qk=True),  # v5: +0.3-4 % over v2's in two runs
 }
 # v4 candidates, measured in one quick run (results/h200/bench_v4_quick.*; docs/kernel-notes.md "v4"):
 # the head_dim 64 ones won every case and are the defaults above; the head_dim 128 causal ones
@@ -405,6 +465,24 @@ V4_CANDIDATES: dict[tuple[int, bool], list[AttentionConfig]] = {
     (64, True): [AttentionConfig(64, 128, 4, 4, maxnreg=168)],  # 480 vs 487 at 4k, 549 vs 547 at 16k
     (128, True): [AttentionConfig(128, 64, 4, 3, masked_stages=1), AttentionConfig(64, 128, 4, 3),
                   AttentionConfig(64, 128, 4, 3, masked_stages=1)],
+}
+# v5 candidates: `pipeline_qk` (FA3's intra-warpgroup overlap) with block shapes whose two live
+# score tiles fit in registers. Offline sm_90 compiles with the H200 host's own Triton (3.6) and
+# ptxas: the v2 default at head_dim 128 (m128n128w4s3) serializes every wgmma (each followed by
+# a wait: "insufficient register resources"); with `pipeline_qk` the next block's QK^T wgmmas
+# interleave with this block's exp2 and the PV wgmmas are not waited on in the same iteration.
+# Spill-free there (stack 0-8 bytes): the configs below; m128n64w4-pq at 128, m128n128w4-pq and
+# m64n128w4s4-r168-pq at 64 spill and are left out. Measured (results/h200/bench_v5_raw.*): 5-17 %
+# slower than the defaults at head dims 64 and 128 (they need 250+ registers, so fewer programs
+# share an SM and the overlap between programs is lost); at 256 causal m128n64w8s3-pq won by
+# 0.3-4 % in two runs and is the default there.
+V5_CANDIDATES: dict[int, list[AttentionConfig]] = {  # by padded head_dim, causal or not
+    64: [AttentionConfig(64, 128, 4, 3, pipeline_qk=True), AttentionConfig(128, 64, 4, 3, pipeline_qk=True),
+         AttentionConfig(64, 128, 4, 2, pipeline_qk=True)],
+    128: [AttentionConfig(64, 128, 4, 2, pipeline_qk=True), AttentionConfig(64, 128, 4, 3, pipeline_qk=True),
+          AttentionConfig(128, 64, 8, 3, pipeline_qk=True), AttentionConfig(128, 128, 8, 2, pipeline_qk=True)],
+    256: [AttentionConfig(128, 64, 8, 3, pipeline_qk=True), AttentionConfig(128, 64, 8, 2, pipeline_qk=True),
+          AttentionConfig(64, 64, 4, 2, pipeline_qk=True)],
 }
 _INTERPRETER_CONFIG = AttentionConfig(block_m=16, block_n=16, num_warps=4, num_stages=1)
 
@@ -521,6 +599,7 @@ def fp8_attention(
     max_offset: float = FA3_MAX_OFFSET,
     config: AttentionConfig | None = None,
     round_p_in_fp32: bool | None = None,
+    check_descales: bool | None = None,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """FA3-style FP8 attention forward.
 
@@ -536,15 +615,19 @@ def fp8_attention(
     not for use). `config`: block sizes etc. (`default_config`); its block_n sets the
     accumulation order. `round_p_in_fp32`: round P to e4m3 with float32 bit tricks
     before the cast (default: only under TRITON_INTERPRET=1, where the cast is wrong).
+    `check_descales`: also check that descale values are finite and > 0. Default: on the CPU
+    always; on a GPU not (reading values back is a device sync, measured at 0.3-0.6 ms per call;
+    FA3 does not check either), True checks there too.
     """
     v_transposed = _check_v_layout(v, v_layout)
     v_for_check = v if v.stride(-1) == 1 else torch.empty(v.shape[-1], dtype=v.dtype, device=v.device).expand(v.shape)
     shape = _check_inputs(q, k, v_for_check, (q_descale, k_descale, v_descale),
-                          cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
+                          cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, check_descales)
     _check_kernel_support(q, shape)
     d = shape.head_dim
     d_pad = triton.next_power_of_2(d)
     cfg = config or default_config(d, causal)
+    _check_config(cfg, d_pad, q.device)
     scale = check_softmax_scale(softmax_scale, d)
     if scale <= 0:
         raise ValueError(f"softmax_scale: this kernel expects a number > 0, got {softmax_scale}")
@@ -592,7 +675,8 @@ def fp8_attention(
             BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
             CAUSAL=bool(causal), VARLEN=shape.varlen,
             USE_TMA=descs is not None, V_TRANSPOSED=v_transposed, WARP_SPECIALIZE=cfg.warp_specialize,
-            MAX_OFFSET=float(max_offset), MASKED_STAGES=cfg.masked_stages, ROUND_IN_FP32=round_p,
+            MAX_OFFSET=float(max_offset), MASKED_STAGES=cfg.masked_stages, PIPELINE_QK=cfg.pipeline_qk,
+            ROUND_IN_FP32=round_p,
             num_warps=cfg.num_warps, num_stages=cfg.num_stages,
             **({"maxnreg": cfg.maxnreg} if cfg.maxnreg else {}),
         )
@@ -614,7 +698,8 @@ def heads_per_chunk(seqlen_k: int, head_dim: int, group: int, batch_heads: int) 
     return int(min(batch_heads, max(1, L2_BUDGET_BYTES // per_kv_head) * group))
 
 
-def _check_inputs(q, k, v, descales, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k) -> AttentionShape:
+def _check_inputs(q, k, v, descales, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                  check_values: bool | None = None) -> AttentionShape:
     """`check_attention_inputs`, without reading GPU descale values back.
 
     `check_descale` checks that descales are finite and > 0, which on a GPU costs a device
@@ -622,7 +707,7 @@ def _check_inputs(q, k, v, descales, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, m
     For CUDA descales we check dtype, shape and device only, as FA3 does, and leave the
     values to the caller; CPU descales (the interpreter) are checked in full.
     """
-    on_gpu = q.device.type == "cuda"
+    on_gpu = q.device.type == "cuda" and not check_values
     shape = check_attention_inputs(
         q, k, v, **({} if on_gpu else dict(zip(("q_descale", "k_descale", "v_descale"), descales))),
         cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
@@ -636,6 +721,20 @@ def _check_inputs(q, k, v, descales, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, m
             host = torch.ones((), dtype=d.dtype).expand(d.shape) if isinstance(d, torch.Tensor) else d
             check_descale(name, host, shape.batch, shape.heads_kv)  # dtype and shape, on a host stand-in
     return shape
+
+
+def _check_config(cfg: AttentionConfig, d_pad: int, device: torch.device) -> None:
+    """Block sizes the kernel compiles with: powers of two; on a GPU, FP8 MMAs reduce over
+    at least 32 values, so block_n (P V) and the padded head_dim (Q K^T) must be >= 32."""
+    for name in ("block_m", "block_n"):
+        val = getattr(cfg, name)
+        if val < 16 or val & (val - 1):
+            raise ValueError(f"config.{name}: expected a power of two >= 16, got {val}")
+    if device.type == "cuda" and not triton_interpret():
+        if cfg.block_n < 32:
+            raise ValueError(f"config.block_n: FP8 tensor-core MMAs need >= 32 keys per block, got {cfg.block_n}")
+        if d_pad < 32:
+            raise ValueError(f"head_dim: FP8 tensor-core MMAs need head_dim >= 32 on a GPU, got {d_pad}")
 
 
 def _check_kernel_support(q: torch.Tensor, shape: AttentionShape) -> None:

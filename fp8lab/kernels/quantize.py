@@ -24,9 +24,10 @@ interpreter: the same bits), clamped to +-448 and rounded to nearest even; under
 ``TRITON_INTERPRET=1`` the rounding is done in float32 first (`round_to_e4m3`),
 because the interpreter's own cast is wrong on carries.
 
-Measured on an H200 (docs/kernel-notes.md; 128 MiB of bf16, copy = 3.93 TB/s):
-static 92 % of the copy bandwidth, per-token 64-79 %, per-head and per-tensor
-42-44 % in useful bytes (their two passes move 5 bytes per value, not 3).
+Measured on an H200 (docs/kernel-notes.md v5; 128 MiB of bf16, CUDA-graph replays so
+the host's launch overhead is out; copy = 4.17 TB/s): static 100 % of the copy
+bandwidth, per-token 85-95 %, per-head 47-50 % and per-tensor 51-54 % in useful bytes
+(their two passes move 5 bytes per value, not 3: 60 % is their ceiling).
 """
 
 from __future__ import annotations
@@ -64,7 +65,8 @@ def _divide(x, d, r, EXACT_DIV: tl.constexpr):
     if EXACT_DIV:
         return tl.math.div_rn(x, d)
     q = x * r
-    return tl.fma(tl.fma(-q, d, x), r, q)
+    # x = -0: q = -0 but the correction adds +0 and would return +0; keep q's sign there
+    return tl.where(q == 0.0, q, tl.fma(tl.fma(-q, d, x), r, q))
 
 
 @triton.jit
@@ -105,17 +107,28 @@ def _amax_kernel(X, AMAX, CU, group, seqlen, stride_b, stride_s, stride_h, strid
 
 
 @triton.jit
-def _scale_cast_kernel(X, Y, DESCALE, CU, group, seqlen, stride_b, stride_s, stride_h,
+def _scale_cast_kernel(X, Y, DESCALE, AMAX, CU, group, seqlen, stride_b, stride_s, stride_h,
                        stride_yb, stride_ys, stride_yh, stride_db, stride_dh,
                        BLOCK_T: tl.constexpr, H_PAD: tl.constexpr, H: tl.constexpr, D_PAD: tl.constexpr,
                        D: tl.constexpr, VARLEN: tl.constexpr, STATIC: tl.constexpr, ROUND_IN_FP32: tl.constexpr):
-    """Pass 2 (per head / per tensor), or the only pass (static): y = e4m3(x / descale)."""
+    """Pass 2 (per head / per tensor), or the only pass (static): y = e4m3(x / descale).
+
+    Dynamic: the descale is computed here from pass 1's AMAX (same strides as DESCALE):
+    amax / 448 correctly rounded, 1 for a zero amax; the programs of token block 0 store it.
+    """
     pid_t, b = tl.program_id(0), tl.program_id(1)
     offs, mask = _tile(pid_t, b, CU, seqlen, stride_b, stride_s, stride_h, BLOCK_T, H_PAD, H, D_PAD, D, VARLEN)
     y_offs, _ = _tile(pid_t, b, CU, seqlen, stride_yb, stride_ys, stride_yh, BLOCK_T, H_PAD, H, D_PAD, D, VARLEN)
     x = tl.load(X + offs, mask=mask, other=0.0).to(tl.float32)
     offs_h = tl.arange(0, H_PAD)
-    d = tl.load(DESCALE + b * stride_db + (offs_h // group) * stride_dh, mask=offs_h < H, other=1.0)
+    d_offs = b * stride_db + (offs_h // group) * stride_dh
+    if STATIC:
+        d = tl.load(DESCALE + d_offs, mask=offs_h < H, other=1.0)
+    else:
+        amax = tl.load(AMAX + d_offs, mask=offs_h < H, other=0.0)
+        d = tl.where(amax > 0, tl.math.div_rn(amax, tl.full(amax.shape, 448.0, tl.float32)), 1.0)
+        if pid_t == 0:  # query heads of one kv head store the same value
+            tl.store(DESCALE + d_offs, d, mask=offs_h < H)
     r = tl.math.div_rn(tl.full(d.shape, 1.0, tl.float32), d)  # one reciprocal per head
     if STATIC:  # vLLM's scaled_fp8_quant: multiply by the reciprocal
         y = x * r[None, :, None]
@@ -218,7 +231,7 @@ def quantize_fp8(
     round_p = triton_interpret() if round_in_fp32 is None else bool(round_in_fp32)
     y = torch.empty(x.shape, dtype=torch.float8_e4m3fn, device=x.device)
     y_strides = (0,) + y.stride()[:2] if cu_seqlens is not None else y.stride()[:3]
-    cu = cu_seqlens if cu_seqlens is not None else torch.zeros(1, dtype=torch.int32, device=x.device)
+    cu = cu_seqlens if cu_seqlens is not None else x  # an unused placeholder when batched
     sizes, grid = _launch_sizes(x, heads, d, seqlen, batch)
     varlen = cu_seqlens is not None
     if granularity == "token":
@@ -235,13 +248,12 @@ def quantize_fp8(
     if x.numel():
         _amax_kernel[grid](x, amax, cu, group, seqlen, *strides, *amax.stride(),
                            **sizes, VARLEN=varlen, PER_TENSOR=per_tensor)
-    # descale = amax / 448, correctly rounded (a tensor divisor: torch divides by a Python
-    # scalar on CUDA as a multiply by its reciprocal, which can be one ulp off)
-    descale = torch.where(amax > 0, amax / torch.full_like(amax, E4M3_MAX), torch.ones_like(amax))
+    # descale = amax / 448 (correctly rounded; 1 where amax is 0), written by the cast kernel
+    descale = torch.ones_like(amax) if not x.numel() else torch.empty_like(amax)
     if per_tensor:
-        descale = descale.expand(batch, hk)
+        descale, amax = descale.expand(batch, hk), amax.expand(batch, hk)
     if x.numel():
-        _scale_cast_kernel[grid](x, y, descale, cu, group, seqlen, *strides, *y_strides, *descale.stride(),
+        _scale_cast_kernel[grid](x, y, descale, amax, cu, group, seqlen, *strides, *y_strides, *descale.stride(),
                                  **sizes, VARLEN=varlen, STATIC=False, ROUND_IN_FP32=round_p)
     return y, descale
 
@@ -280,9 +292,9 @@ def quantize_fp8_static(
     round_p = triton_interpret() if round_in_fp32 is None else bool(round_in_fp32)
     y = torch.empty(x.shape, dtype=torch.float8_e4m3fn, device=x.device)
     y_strides = (0,) + y.stride()[:2] if cu_seqlens is not None else y.stride()[:3]
-    cu = cu_seqlens if cu_seqlens is not None else torch.zeros(1, dtype=torch.int32, device=x.device)
+    cu = cu_seqlens if cu_seqlens is not None else x  # an unused placeholder when batched
     sizes, grid = _launch_sizes(x, heads, d, seqlen, batch)
     if x.numel():
-        _scale_cast_kernel[grid](x, y, descale, cu, heads // hk, seqlen, *strides, *y_strides, 0, 0,
+        _scale_cast_kernel[grid](x, y, descale, descale, cu, heads // hk, seqlen, *strides, *y_strides, 0, 0,
                                  **sizes, VARLEN=cu_seqlens is not None, STATIC=True, ROUND_IN_FP32=round_p)
     return y, descale
