@@ -171,6 +171,9 @@ def correctness(run: Run, prov: dict) -> None:
 
 
 def quant(run: Run) -> None:
+    """Quantization kernels: bitwise checks, then bandwidth against the device copy (v7: the
+    fused per-head / per-tensor schedule against two passes, and the fused kernel's knobs)."""
+    import fp8lab.kernels.quantize as Qm
     from fp8lab.formats import cast_to_fp8
 
     gen = torch.Generator(device="cuda").manual_seed(2)
@@ -187,48 +190,70 @@ def quant(run: Run) -> None:
     ys, _ = quantize_fp8_static(x, 0.0123)
     refs = cast_to_fp8(torch.clamp(x.float() * (1 / torch.tensor(0.0123, device="cuda")), -448, 448))
     yr, _ = quantize_fp8(x, "head", heads_kv=4, round_in_fp32=True)
+    same = lambda a, b: bool(torch.equal(a[1], b[1]) and torch.equal(a[0].view(torch.uint8), b[0].view(torch.uint8)))  # noqa: E731
+    xv, cu = x.reshape(609, 8, 128), torch.tensor([0, 100, 100, 609], dtype=torch.int32, device="cuda")
+    fused_same = []
+    for gb in (None, 1 << 16, 1):  # L2-sized lag, small lag, one slice
+        Qm.FUSED_LAG_BYTES = gb
+        for gran in ("head", "tensor"):
+            for xx, kw in ((x, dict(heads_kv=4)), (xv, dict(cu_seqlens=cu))):
+                two = quantize_fp8(xx, gran, schedule="two-pass", **kw)
+                fused_same.append(all(same(quantize_fp8(xx, gran, schedule="fused", **kw), two) for _ in range(10)))
+    Qm.FUSED_LAG_BYTES = None
     rows.append(dict(check="bitwise", head=bool(torch.equal(y.view(torch.uint8), ref.view(torch.uint8))),
                      head_descale=bool(torch.equal(d, am / c448)),
                      token=bool(torch.equal(yt.view(torch.uint8), reft.view(torch.uint8))),
                      token_descale=bool(torch.equal(dt, dref)),
                      static=bool(torch.equal(ys.view(torch.uint8), refs.view(torch.uint8))),
-                     round_fp32_same=bool(torch.equal(yr.view(torch.uint8), y.view(torch.uint8)))))
-    # bandwidth: 16k tokens x 32 heads x 128 bf16 = 128 MiB in, 64 MiB out
-    x = torch.randn(1, 16384, 32, 128, device="cuda", generator=gen, dtype=torch.bfloat16)
-    n = x.numel()
-    dst = torch.empty_like(x)
+                     round_fp32_same=bool(torch.equal(yr.view(torch.uint8), y.view(torch.uint8))),
+                     fused_equals_two_pass=f"{sum(fused_same)}/{len(fused_same)}"))
+    print(rows[-1], flush=True)
+    # bandwidth: 16k tokens x 32 heads x 128 (128 MiB of bf16: 2.5x the L2) and x 8 heads (32 MiB: fits)
     q_scale = torch.tensor([0.05], device="cuda")  # on the device, as vLLM keeps layer._q_scale
-    ms = bench.median_ms(lambda: dst.copy_(x))
-    ms_g = bench.median_ms_graph(lambda: dst.copy_(x))
-    copy_bw, copy_bw_g = bench.tbps(4 * n, ms), bench.tbps(4 * n, ms_g)
-    rows.append(dict(kernel="copy bf16->bf16 (torch)", ms=ms, ms_graph=ms_g, bytes=4 * n, tbps=copy_bw,
-                     tbps_graph=copy_bw_g, frac_copy=1.0, frac_copy_graph=1.0))
-    # eager: do_bench (host launch overhead included); graph: CUDA-graph replays (the kernels alone)
-    for name, fn, moved in [
-        ("static (vLLM Q)", lambda: quantize_fp8_static(x, q_scale), 3 * n),
-        ("per-token", lambda: quantize_fp8(x, "token"), 3 * n + 4 * n // 128),
-        ("per-head (2 passes)", lambda: quantize_fp8(x, "head"), 5 * n),
-        ("per-tensor (2 passes)", lambda: quantize_fp8(x, "tensor"), 5 * n),
-        ("torch cast_to_fp8 static", lambda: cast_to_fp8(x.float() * 20.0), 3 * n),
-    ]:
-        ms, ms_g = bench.median_ms(fn), bench.median_ms_graph(fn)
-        useful = 3 * n  # read bf16 once, write e4m3 once
-        rows.append(dict(kernel=name, ms=ms, ms_graph=ms_g, bytes=moved, tbps=bench.tbps(moved, ms),
-                         tbps_graph=bench.tbps(moved, ms_g), useful_tbps=bench.tbps(useful, ms),
-                         frac_copy=bench.tbps(useful, ms) / copy_bw,
-                         frac_copy_graph=bench.tbps(useful, ms_g) / copy_bw_g))
-    import fp8lab.kernels.quantize as Qm
-
-    default_tile = Qm.TILE_ELEMENTS
-    for tile in (4096, 16384, 32768):
-        Qm.TILE_ELEMENTS = tile
-        for name, fn in [("static (vLLM Q)", lambda: quantize_fp8_static(x, q_scale)),
-                         ("per-head (2 passes)", lambda: quantize_fp8(x, "head"))]:
+    for heads in (32, 8):
+        x = torch.randn(1, 16384, heads, 128, device="cuda", generator=gen, dtype=torch.bfloat16)
+        n = x.numel()
+        size = f"1x16384x{heads}x128 ({2 * n >> 20} MiB)"
+        dst = torch.empty_like(x)
+        ms_g = bench.median_ms_graph(lambda: dst.copy_(x))
+        copy_bw = bench.tbps(4 * n, ms_g)
+        rows.append(dict(size=size, kernel="copy bf16->bf16 (torch)", ms_graph=ms_g, tbps_graph=copy_bw, frac_copy_graph=1.0))
+        for name, fn in [
+            ("static (vLLM Q)", lambda: quantize_fp8_static(x, q_scale)),
+            ("per-token", lambda: quantize_fp8(x, "token")),
+            ("per-head fused", lambda: quantize_fp8(x, "head", schedule="fused")),
+            ("per-head two-pass", lambda: quantize_fp8(x, "head", schedule="two-pass")),
+            ("per-tensor fused", lambda: quantize_fp8(x, "tensor", schedule="fused")),
+            ("per-tensor two-pass", lambda: quantize_fp8(x, "tensor", schedule="two-pass")),
+        ]:
             ms_g = bench.median_ms_graph(fn)
-            rows.append(dict(kernel=f"{name} tile={tile}", ms_graph=ms_g,
-                             frac_copy_graph=bench.tbps(3 * n, ms_g) / copy_bw_g))
-    Qm.TILE_ELEMENTS = default_tile
-    run.save("quant", rows)
+            rows.append(dict(size=size, kernel=name, ms_graph=ms_g, useful_tbps_graph=bench.tbps(3 * n, ms_g),
+                             frac_copy_graph=bench.tbps(3 * n, ms_g) / copy_bw))
+            print(f"{size:<28} {name:<22} {ms_g * 1e3:7.1f} us  {rows[-1]['frac_copy_graph']:.2f} of copy", flush=True)
+        if heads != 32:
+            continue
+        # the fused kernel's knobs, per head and per tensor at 128 MiB
+        l2 = torch.cuda.get_device_properties(0).L2_cache_size
+        knobs = ("FUSED_TILE_ELEMENTS", "FUSED_WARPS", "FUSED_LAG_BYTES")
+        defaults = [getattr(Qm, k) for k in knobs]
+        for tile, warps in ((8192, 4), (8192, 8), (16384, 4)):
+            for gb in (l2 // 8, l2 // 4, l2 // 2):
+                for k, v in zip(knobs, (tile, warps, gb)):
+                    setattr(Qm, k, v)
+                for gran in ("head", "tensor") if gb == l2 // 4 else ("head",):
+                    cfg = dict(size=size, kernel=f"per-{gran} fused", tile=tile, warps=warps, lag_mib=gb / 2**20)
+                    try:
+                        ms_g = bench.median_ms_graph(lambda: quantize_fp8(x, gran, schedule="fused"))
+                    except Exception as e:  # noqa: BLE001
+                        rows.append(dict(cfg, error=repr(e)[:200]))
+                        continue
+                    rows.append(dict(cfg, ms_graph=ms_g, frac_copy_graph=bench.tbps(3 * n, ms_g) / copy_bw))
+                    print(f"  fused per-{gran:<6} tile {tile:<6} warps {warps} lag {gb / 2**20:5.1f} MiB: "
+                          f"{ms_g * 1e3:7.1f} us  {rows[-1]['frac_copy_graph']:.2f} of copy", flush=True)
+        for k, v in zip(knobs, defaults):
+            setattr(Qm, k, v)
+    run.save("quant", rows, l2_bytes=torch.cuda.get_device_properties(0).L2_cache_size,
+             sms=torch.cuda.get_device_properties(0).multi_processor_count)
 
 
 # ----------------------------------------------------------------------------------------

@@ -1,26 +1,38 @@
-"""Where quantize_fp8 (per head, GQA) and the float64 reference disagree on the GPU: one case
-from tests/test_kernels_quantize.py, elements printed. python3 scripts/gpu_quant_probe.py"""
+"""Where the quantization kernels' time goes on a GPU: each variant once, after a warm-up, at
+128 MiB and 32 MiB of bf16. Run it under Nsight Compute for DRAM bytes and L2 hit rates:
+
+    ncu --metrics dram__bytes_read.sum,dram__bytes_write.sum,lts__t_sector_hit_rate.pct,\\
+gpu__time_duration.sum python3 scripts/gpu_quant_probe.py
+
+Without ncu it prints CUDA-graph timings of the same calls."""
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 
-from fp8lab.formats import cast_to_fp8  # noqa: E402
-from fp8lab.kernels import quantize_fp8  # noqa: E402
+import fp8lab.kernels.quantize as Q  # noqa: E402
+from fp8lab import bench  # noqa: E402
 
-for dtype in (torch.bfloat16, torch.float16):
-    gen = torch.Generator().manual_seed(1)
-    x = (torch.randn(2, 37, 4, 64, generator=gen) * torch.rand(4, 1, generator=gen) * 10).to(dtype).cuda()
-    x[0, 3, 1, 5] = -0.0
-    for kw in ({}, {"round_in_fp32": True}):
-        y, d = quantize_fp8(x, "head", heads_kv=2, **kw)
-        q = (x.double() / d.double().repeat_interleave(2, 1)[:, None, :, None]).float()
-        ref = cast_to_fp8(q.cpu().double()).view(torch.uint8)
-        got = y.view(torch.uint8).cpu()
-        bad = (got != ref).nonzero()
-        print(dtype, kw, "mismatches", len(bad), "d", d.tolist())
-        for i in bad[:6].tolist():
-            t = tuple(i)
-            print("   at", t, "x", float(x[t]), "x/d", float(q[t]), "kernel", hex(int(got[t])), float(y[t].float()),
-                  "ref", hex(int(ref[t])), float(ref.view(torch.float8_e4m3fn)[t].float()))
+VARIANTS = {
+    "static": lambda x: Q.quantize_fp8_static(x, 0.05),
+    "head two-pass": lambda x: Q.quantize_fp8(x, "head", schedule="two-pass"),
+    "head fused": lambda x: Q.quantize_fp8(x, "head", schedule="fused"),
+    "tensor two-pass": lambda x: Q.quantize_fp8(x, "tensor", schedule="two-pass"),
+    "tensor fused": lambda x: Q.quantize_fp8(x, "tensor", schedule="fused"),
+}
+
+
+if __name__ == "__main__":
+    timed = "--time" in sys.argv
+    for heads in (32, 8):
+        x = torch.randn(1, 16384, heads, 128, device="cuda", dtype=torch.bfloat16)
+        for name, fn in VARIANTS.items():
+            fn(x)
+            torch.cuda.synchronize()
+            torch.cuda.nvtx.range_push(f"{name} {heads} heads")
+            fn(x)
+            torch.cuda.synchronize()
+            torch.cuda.nvtx.range_pop()
+            if timed:
+                print(f"{heads:>3} heads  {name:<32} {bench.median_ms_graph(lambda: fn(x)) * 1e3:7.1f} us", flush=True)

@@ -9,6 +9,7 @@ import triton
 import triton.language as tl
 
 from fp8lab.formats import cast_to_fp8, quantize, representable_values
+import fp8lab.kernels.quantize as Q
 from fp8lab.kernels import quantize_fp8, quantize_fp8_static
 from fp8lab.kernels.fp8_rounding import round_to_bf16, round_to_e4m3
 
@@ -34,12 +35,24 @@ def inputs(gen: torch.Generator, *shape: int, dtype=torch.bfloat16) -> torch.Ten
     return x.to(dtype).to(DEV)
 
 
+@pytest.fixture(params=["fused", "two-pass", "fused-lag-1", "fused-reversed"])
+def schedule(request, monkeypatch) -> str:
+    """Both per-head/per-tensor schedules. "fused-lag-1": the fused kernel casts each slice one
+    slice after its amax, so amax and cast items interleave. "fused-reversed": its items run last
+    to first, so every cast finds its amax items not run and takes the fallback."""
+    if request.param == "fused-lag-1":
+        monkeypatch.setattr(Q, "FUSED_LAG_BYTES", 1)
+    if request.param == "fused-reversed":
+        monkeypatch.setattr(Q, "_FUSED_REVERSED", True)
+    return request.param.split("-")[0] if request.param.startswith("fused") else request.param
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-def test_per_head_gqa_matches_reference(dtype):
+def test_per_head_gqa_matches_reference(dtype, schedule):
     gen = torch.Generator().manual_seed(1)
     x = inputs(gen, 2, 37, 4, 64, dtype=dtype)
     x[0, 3, 1, 5] = -0.0  # keeps its sign bit (the GPU's two-FMA division once lost it)
-    y, d = quantize_fp8(x, "head", heads_kv=2)  # Q under GQA: query heads 2h, 2h+1 share kv head h
+    y, d = quantize_fp8(x, "head", heads_kv=2, schedule=schedule)  # Q under GQA: heads 2h, 2h+1 share kv head h
     amax = x.float().abs().reshape(2, 37, 2, 2, 64).amax(dim=(1, 3, 4))
     assert d.dtype == torch.float32 and d.shape == (2, 2)
     assert torch.equal(d.cpu(), ieee_div(amax.cpu(), torch.tensor(448.0)))
@@ -48,10 +61,10 @@ def test_per_head_gqa_matches_reference(dtype):
     assert (y.float().abs().amax(dim=(1, 3)).reshape(2, 2, 2).amax(-1) == 448).all()  # each group reaches 448
 
 
-def test_per_tensor_is_one_stride0_descale():
+def test_per_tensor_is_one_stride0_descale(schedule):
     gen = torch.Generator().manual_seed(2)
     x = inputs(gen, 3, 20, 2, 32)
-    y, d = quantize_fp8(x, "tensor")
+    y, d = quantize_fp8(x, "tensor", schedule=schedule)
     assert d.shape == (3, 2) and d.stride() == (0, 0)
     d0 = ieee_div(x.float().abs().amax().reshape(1).cpu(), torch.tensor([448.0]))
     assert torch.equal(d[0, 0].reshape(1).cpu(), d0)
@@ -69,11 +82,11 @@ def test_per_token_one_pass_and_zero_rows():
     assert torch.equal(bits(y), cast_ref(ieee_div(x.float().cpu(), dref[..., None])))
 
 
-def test_varlen_per_head_per_sequence():
+def test_varlen_per_head_per_sequence(schedule):
     gen = torch.Generator().manual_seed(4)
     x = inputs(gen, 60, 2, 32)
     cu = torch.tensor([0, 10, 10, 60], dtype=torch.int32, device=DEV)  # the middle sequence is empty
-    y, d = quantize_fp8(x, "head", cu_seqlens=cu)
+    y, d = quantize_fp8(x, "head", cu_seqlens=cu, schedule=schedule)
     xf = x.float().cpu()
     amax = torch.stack([xf[:10].abs().amax((0, 2)), torch.zeros(2), xf[10:].abs().amax((0, 2))])
     dref = torch.where(amax > 0, ieee_div(amax, torch.tensor(448.0)), torch.ones_like(amax))
@@ -103,6 +116,7 @@ def test_static_matches_vllm_formula_and_saturates():
     [
         (lambda x: quantize_fp8(x.int(), "head"), TypeError, "bfloat16"),
         (lambda x: quantize_fp8(x, "block"), ValueError, "granularity"),
+        (lambda x: quantize_fp8(x, "head", schedule="one-pass"), ValueError, "schedule"),
         (lambda x: quantize_fp8(x, "head", heads_kv=3), ValueError, "heads_kv"),
         (lambda x: quantize_fp8(x[0], "head"), ValueError, "cu_seqlens"),
         (lambda x: quantize_fp8(x.transpose(-1, -2), "head"), ValueError, "contiguous"),
@@ -137,3 +151,23 @@ def test_rounding_helpers_are_round_to_nearest_even():
     _round_kernel[(1,)](x.to(DEV), y_d := y.to(DEV), z_d := z.to(DEV), N=2048)
     assert torch.equal(y_d.cpu().view(torch.int32), quantize(x, "e4m3fn").view(torch.int32))  # signs of zero too
     assert torch.equal(z_d.cpu(), x.to(torch.bfloat16).float())
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("granularity", ["head", "tensor"])
+@pytest.mark.parametrize("lag_bytes,reversed_", [(None, False), (1, False), (None, True)])
+def test_fused_waits_hold_on_gpu(granularity, lag_bytes, reversed_, monkeypatch):
+    """Thousands of programs, casts interleaved with amaxes (lag_bytes=1: one slice apart) or run
+    before them (reversed): every cast must use its slice's final amax on every call (a race
+    would give a stale descale, sometimes)."""
+    monkeypatch.setattr(Q, "FUSED_LAG_BYTES", lag_bytes)
+    monkeypatch.setattr(Q, "_FUSED_REVERSED", reversed_)
+    gen = torch.Generator().manual_seed(7)
+    x = inputs(gen, 3, 1000, 8, 128)
+    cu = torch.tensor([0, 700, 1900, 3000], dtype=torch.int32, device=DEV)
+    for args in [dict(heads_kv=4), dict(cu_seqlens=cu)]:
+        xx = x.reshape(3000, 8, 128) if "cu_seqlens" in args else x
+        y2, d2 = quantize_fp8(xx, granularity, schedule="two-pass", **args)
+        for _ in range(20):
+            y, d = quantize_fp8(xx, granularity, schedule="fused", **args)
+            assert torch.equal(d, d2) and torch.equal(bits(y), bits(y2))

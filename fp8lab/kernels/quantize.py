@@ -10,10 +10,13 @@ only question is how many times the data crosses HBM.
 - Dynamic per-token (one scale per ``(token, head)`` row of head_dim values):
   a program holds whole rows, so amax, scale and cast happen in one pass.
 - Dynamic per-KV-head / per-tensor: the scale depends on every element of the
-  head (or tensor), and no program sees all of them, so the amax is a first,
-  read-only pass (``atomic_max`` into a ``(batch, heads_kv)`` table) and the
-  scale-and-cast a second. That is 2 reads + 1 write: the best a kernel can do
-  without holding the whole head on chip (docs/kernel-notes.md has the figures).
+  head (or tensor), and no program sees all of them. ``schedule="two-pass"``: an
+  amax kernel (``atomic_max`` into a ``(batch, heads_kv)`` table), then a
+  scale-and-cast kernel; the second reads HBM again once x outgrows the L2: 2 reads
+  + 1 write. ``schedule="fused"``: one launch whose casts trail their amaxes by a
+  quarter of the L2, so the second read hits L2 (HBM traffic measured within 10 %
+  of one read + one write) -- and the kernel then runs into its instruction and
+  latency costs instead (docs/kernel-notes.md, v7).
 
 Conventions (FA3's): ``descale = amax / 448`` (float32), ``x ~= x_fp8 * descale``,
 per-head and per-tensor descales are ``(batch, heads_kv)``; the per-tensor one is
@@ -24,10 +27,11 @@ interpreter: the same bits), clamped to +-448 and rounded to nearest even; under
 ``TRITON_INTERPRET=1`` the rounding is done in float32 first (`round_to_e4m3`),
 because the interpreter's own cast is wrong on carries.
 
-Measured on an H200 (docs/kernel-notes.md v5; 128 MiB of bf16, CUDA-graph replays so
-the host's launch overhead is out; copy = 4.17 TB/s): static 100 % of the copy
-bandwidth, per-token 85-95 %, per-head 47-50 % and per-tensor 51-54 % in useful bytes
-(their two passes move 5 bytes per value, not 3: 60 % is their ceiling).
+Measured on an H200 (docs/kernel-notes.md v5 and v7; 128 MiB of bf16, CUDA-graph
+replays so the host's launch overhead is out; copy = 4.15 TB/s), in useful bytes (3 per
+value) against the copy: static 100 %, per-token 85-96 %, per-head 50 % two-pass and
+56 % fused, per-tensor 55 % two-pass and 36 % fused (its casts scan every tile's amax).
+At 32 MiB two passes won (55 % vs 51 %), so "two-pass" is the default.
 """
 
 from __future__ import annotations
@@ -46,6 +50,7 @@ __all__ = ["E4M3_MAX", "quantize_fp8", "quantize_fp8_static"]
 
 E4M3_MAX = 448.0  # largest finite e4m3fn value: 1.75 * 2^8
 Granularity = Literal["tensor", "head", "token"]
+Schedule = Literal["fused", "two-pass"]
 
 
 @triton.jit
@@ -156,6 +161,125 @@ def _per_token_kernel(X, Y, DESCALE, CU, seqlen, stride_b, stride_s, stride_h,
     tl.store(DESCALE + d_offs, d[:, :, None], mask=row_mask)
 
 
+@triton.jit
+def _slice_tile(s, i, n_kv, CU, seqlen_batched, stride_b, stride_s, stride_h, BLOCK_T: tl.constexpr,
+                G_PAD: tl.constexpr, G: tl.constexpr, D_PAD: tl.constexpr, D: tl.constexpr, VARLEN: tl.constexpr):
+    """Offsets and mask (BLOCK_T, G_PAD, D_PAD) of token block i of slice s: sequence b = s // n_kv,
+    its G query heads of kv head s % n_kv. Returns (offs, mask, b, kvh)."""
+    b = s // n_kv
+    kvh = s - b * n_kv
+    if VARLEN:
+        start = tl.load(CU + b)
+        seqlen = tl.load(CU + b + 1) - start
+    else:
+        start = 0
+        seqlen = seqlen_batched
+    offs_t = i * BLOCK_T + tl.arange(0, BLOCK_T)
+    offs_g = tl.arange(0, G_PAD)
+    offs_d = tl.arange(0, D_PAD)
+    mask = (offs_t[:, None, None] < seqlen) & (offs_g[None, :, None] < G) & (offs_d[None, None, :] < D)
+    offs = (b.to(tl.int64) * stride_b + (start + offs_t)[:, None, None].to(tl.int64) * stride_s
+            + (kvh * G + offs_g)[None, :, None] * stride_h + offs_d[None, None, :])
+    return offs, mask, b, kvh
+
+
+@triton.jit
+def _work_item(t, slices, lag, nblocks):
+    """Work item t -> (is_cast, slice, token block). Items run: the amaxes of slices 0 .. lag-1;
+    then per slice k >= lag its amaxes interleaved with the casts of slice k - lag; then the casts
+    of the last `lag` slices, last tile first (the most recently read, most likely in L2)."""
+    n1 = lag * nblocks
+    u2 = tl.maximum(t - n1, 0)
+    u3 = t - n1 - (slices - lag) * 2 * nblocks
+    j = u2 % (2 * nblocks)
+    first, last = t < n1, u3 >= 0
+    u3 = tl.maximum(u3, 0)
+    is_cast = last | ((t >= n1) & (j % 2 == 1))
+    s = tl.where(first, t // nblocks,
+                 tl.where(last, slices - 1 - u3 // nblocks, lag + u2 // (2 * nblocks) - tl.where(j % 2 == 1, lag, 0)))
+    i = tl.where(first, t % nblocks, tl.where(last, nblocks - 1 - u3 % nblocks, j // 2))
+    return is_cast, s, i
+
+
+@triton.jit
+def _table_amax(TABLE, start, n, CHUNK: tl.constexpr):
+    """(every entry of TABLE[start:start+n] is set, the max of their amaxes). An entry is one int64,
+    1 << 32 | amax's float32 bits, written once by its amax item: flag and value in one word, so
+    no fence is needed to order them."""
+    flags = tl.full((CHUNK,), 1, tl.int64)
+    best = tl.zeros((CHUNK,), tl.int64)
+    for c in range(0, n, CHUNK):
+        offs = c + tl.arange(0, CHUNK)
+        e = tl.load(TABLE + start + offs, mask=offs < n, other=1 << 32, volatile=True)  # not from L1
+        flags = tl.minimum(flags, e >> 32)
+        best = tl.maximum(best, e & 0xFFFFFFFF)
+    return tl.min(flags, 0) > 0, tl.max(best, 0).to(tl.int32).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _slices_amax(X, CU, s0, s1, nblocks, n_kv, seqlen, stride_b, stride_s, stride_h, BLOCK_T: tl.constexpr,
+                 G_PAD: tl.constexpr, G: tl.constexpr, D_PAD: tl.constexpr, D: tl.constexpr, VARLEN: tl.constexpr):
+    """amax of slices s0 .. s1-1, read directly: the fallback of a cast whose amax items have not run."""
+    m = 0.0
+    for s in range(s0, s1):
+        for i in range(0, nblocks):
+            offs, mask, _, _ = _slice_tile(s, i, n_kv, CU, seqlen, stride_b, stride_s, stride_h,
+                                           BLOCK_T, G_PAD, G, D_PAD, D, VARLEN)
+            x = tl.abs(tl.load(X + offs, mask=mask, other=0.0).to(tl.float32))
+            m = tl.maximum(m, tl.max(tl.max(tl.max(x, 2), 1), 0))
+    return m
+
+
+@triton.jit
+def _fused_kernel(X, Y, DESCALE, TABLE, CU, slices, lag, nblocks, n_kv, seqlen, spins,
+                  stride_b, stride_s, stride_h, stride_yb, stride_ys, stride_yh, stride_db, stride_dh,
+                  BLOCK_T: tl.constexpr, G_PAD: tl.constexpr, G: tl.constexpr, D_PAD: tl.constexpr,
+                  D: tl.constexpr, VARLEN: tl.constexpr, PER_TENSOR: tl.constexpr, ROUND_IN_FP32: tl.constexpr,
+                  CHUNK: tl.constexpr, REVERSED: tl.constexpr):
+    """Per-head / per-tensor quantization in one launch that reads HBM about once.
+
+    Program t runs work item t of `_work_item`: the amax of a tile, or its cast, which comes about
+    `lag` slices after the amax so that the tile is re-read from L2. An amax item writes its
+    TABLE entry. A cast reads its slice's entries (per tensor: all of them); if some are still
+    unset after `spins` re-reads, it computes the amax from x itself. That fallback only runs if
+    programs start far out of order (CUDA does not promise the order), and gives the same bits:
+    no program ever waits on one that may not have started. REVERSED runs the items last to
+    first (a test of the fallback). A slice: one sequence's query heads of one kv head;
+    DESCALE is (batch, kv heads), (1, 1) per tensor."""
+    t = tl.program_id(0)
+    if REVERSED:
+        t = 2 * slices * nblocks - 1 - t
+    is_cast, s, i = _work_item(t, slices, lag, nblocks)
+    offs, mask, b, kvh = _slice_tile(s, i, n_kv, CU, seqlen, stride_b, stride_s, stride_h,
+                                     BLOCK_T, G_PAD, G, D_PAD, D, VARLEN)
+    x = tl.load(X + offs, mask=mask, other=0.0)
+    if is_cast:
+        s0, s1 = (0, slices) if PER_TENSOR else (s, s + 1)
+        done, amax = _table_amax(TABLE, s0 * nblocks, (s1 - s0) * nblocks, CHUNK)
+        k = 0
+        while (done == 0) & (k < spins):
+            done, amax = _table_amax(TABLE, s0 * nblocks, (s1 - s0) * nblocks, CHUNK)
+            k += 1
+        if done == 0:
+            amax = _slices_amax(X, CU, s0, s1, nblocks, n_kv, seqlen, stride_b, stride_s, stride_h,
+                                BLOCK_T, G_PAD, G, D_PAD, D, VARLEN)
+            x = tl.load(X + offs, mask=mask, other=0.0)  # again: x need not be live in the loop above
+        d = tl.where(amax > 0, tl.math.div_rn(amax, 448.0), 1.0)
+        r = tl.math.div_rn(1.0, d)
+        y_offs, _, _, _ = _slice_tile(s, i, n_kv, CU, seqlen, stride_yb, stride_ys, stride_yh,
+                                      BLOCK_T, G_PAD, G, D_PAD, D, VARLEN)
+        tl.store(Y + y_offs, _to_e4m3(_divide(x.to(tl.float32), d, r, ROUND_IN_FP32), ROUND_IN_FP32), mask=mask)
+        if PER_TENSOR:
+            if (i == 0) & (s == 0):
+                tl.store(DESCALE, d)
+        else:
+            if i == 0:
+                tl.store(DESCALE + b * stride_db + kvh * stride_dh, d)
+    else:
+        a = tl.max(tl.max(tl.max(tl.abs(x.to(tl.float32)), 2), 1), 0)
+        tl.store(TABLE + s * nblocks + i, (1 << 32) | a.to(tl.int32, bitcast=True).to(tl.int64))
+
+
 def _layout(x: torch.Tensor, cu_seqlens: torch.Tensor | None):
     """(batch, seqlen, heads, d) strides for batched or varlen x, and the launch sizes."""
     if x.dtype not in (torch.bfloat16, torch.float16, torch.float32):
@@ -206,6 +330,46 @@ def _launch_sizes(x, heads, d, seqlen, batch, elements=None):
     return dict(BLOCK_T=bt, H_PAD=h_pad, H=heads, D_PAD=d_pad, D=d), (triton.cdiv(max(seqlen, 1), bt), batch)
 
 
+# The fused kernel (per head / per tensor): values per tile, warps, the bytes of x read ahead of
+# the casts (None: a quarter of the L2; the casts' writes pass through it too), and table re-reads
+# before a cast computes its amax itself. _FUSED_REVERSED (tests): items run last to first.
+FUSED_TILE_ELEMENTS = 8192
+FUSED_WARPS = 4
+FUSED_LAG_BYTES: int | None = None
+FUSED_SPINS = 2000
+_FUSED_REVERSED = False
+
+
+def _fused_lag_bytes(device: torch.device) -> int:
+    if FUSED_LAG_BYTES is not None:
+        return FUSED_LAG_BYTES
+    if device.type != "cuda":
+        return 1 << 22
+    return max(1 << 20, getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 50 << 20) // 4)
+
+
+def _quantize_fused(x, y, y_strides, cu, batch, seqlen, heads, d, hk, strides, varlen, per_tensor, round_p):
+    """Launch `_fused_kernel`; returns (y, descale) like `quantize_fp8`."""
+    group = heads // hk
+    g_pad, d_pad = triton.next_power_of_2(group), triton.next_power_of_2(max(d, 1))
+    elements = 16 * g_pad * d_pad if triton_interpret() else FUSED_TILE_ELEMENTS
+    block_t = max(1, min(triton.next_power_of_2(max(seqlen, 1)), elements // (g_pad * d_pad)))
+    nblocks = triton.cdiv(max(seqlen, 1), block_t)
+    slices = batch * hk
+    slice_bytes = max(seqlen, 1) * group * d * x.element_size()
+    lag = slices if per_tensor else min(slices, max(1, _fused_lag_bytes(x.device) // slice_bytes))
+    table = torch.zeros(slices * nblocks, dtype=torch.int64, device=x.device)  # (amax | set flag) per tile
+    descale = (torch.ones if not x.numel() else torch.empty)(
+        (1, 1) if per_tensor else (batch, hk), dtype=torch.float32, device=x.device)
+    if x.numel():
+        _fused_kernel[(2 * slices * nblocks,)](
+            x, y, descale, table, cu, slices, lag, nblocks, hk, seqlen, 0 if _FUSED_REVERSED else FUSED_SPINS,
+            *strides, *y_strides, *descale.stride(), BLOCK_T=block_t, G_PAD=g_pad, G=group, D_PAD=d_pad, D=d,
+            VARLEN=varlen, PER_TENSOR=per_tensor, ROUND_IN_FP32=round_p, CHUNK=256, REVERSED=_FUSED_REVERSED,
+            num_warps=FUSED_WARPS)
+    return y, descale.expand(batch, hk) if per_tensor else descale
+
+
 def quantize_fp8(
     x: torch.Tensor,
     granularity: Granularity = "head",
@@ -213,6 +377,7 @@ def quantize_fp8(
     cu_seqlens: torch.Tensor | None = None,
     heads_kv: int | None = None,
     round_in_fp32: bool | None = None,
+    schedule: Schedule = "two-pass",
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Dynamic e4m3fn quantization with fused amax, scale and cast.
 
@@ -222,10 +387,17 @@ def quantize_fp8(
                `heads_kv` < heads (Q under GQA) the query heads of a group share one.
       "tensor" one amax; descale (batch, heads_kv) as a stride-0 expand of it.
       "token"  one descale per (token, head) row: shape x.shape[:-1] (not an FA3 layout).
+    schedule ("head" and "tensor"; both give the same bits):
+      "two-pass" an amax kernel, then a cast kernel: HBM is read twice once x outgrows L2.
+      "fused"    one launch: each tile's cast trails its amax by about a quarter of the L2,
+                 so HBM is read about once (per tensor: only when x fits in L2). Faster per
+                 head at 128 MiB on an H200, slower at 32 MiB and per tensor (module doc).
     Returns (x_fp8 float8_e4m3fn in x's shape, descale float32), x ~= x_fp8 * descale.
     """
     if granularity not in ("tensor", "head", "token"):
         raise ValueError(f"granularity: expected 'tensor', 'head' or 'token', got {granularity!r}")
+    if schedule not in ("fused", "two-pass"):
+        raise ValueError(f"schedule: expected 'fused' or 'two-pass', got {schedule!r}")
     batch, seqlen, heads, d, strides = _layout(x, cu_seqlens)
     hk = _heads_kv(heads, heads_kv)
     round_p = triton_interpret() if round_in_fp32 is None else bool(round_in_fp32)
@@ -243,6 +415,8 @@ def quantize_fp8(
                                     **sizes, VARLEN=varlen, ROUND_IN_FP32=round_p)
         return y, descale
     per_tensor = granularity == "tensor"
+    if schedule == "fused":
+        return _quantize_fused(x, y, y_strides, cu, batch, seqlen, heads, d, hk, strides, varlen, per_tensor, round_p)
     amax = torch.zeros((1, 1) if per_tensor else (batch, hk), dtype=torch.float32, device=x.device)
     group = heads // hk
     if x.numel():
