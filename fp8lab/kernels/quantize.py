@@ -77,9 +77,9 @@ def _divide(x, d, r, EXACT_DIV: tl.constexpr):
 @triton.jit
 def _tile(pid_t, b, CU, seqlen_batched, stride_b, stride_s, stride_h,
           BLOCK_T: tl.constexpr, H_PAD: tl.constexpr, H: tl.constexpr, D_PAD: tl.constexpr, D: tl.constexpr,
-          VARLEN: tl.constexpr):
-    """Offsets (BLOCK_T, H_PAD, D_PAD) of this program's tokens of sequence b, all heads, and
-    their mask. In FA3's layout these BLOCK_T * heads * head_dim values are one contiguous run."""
+          VARLEN: tl.constexpr, h0=0):
+    """Offsets (BLOCK_T, H_PAD, D_PAD) of token block pid_t of sequence b, heads h0 .. h0+H-1,
+    and their mask. With all heads, in FA3's layout, these values are one contiguous run."""
     if VARLEN:
         start = tl.load(CU + b)
         seqlen = tl.load(CU + b + 1) - start
@@ -91,7 +91,7 @@ def _tile(pid_t, b, CU, seqlen_batched, stride_b, stride_s, stride_h,
     offs_d = tl.arange(0, D_PAD)
     mask = (offs_t[:, None, None] < seqlen) & (offs_h[None, :, None] < H) & (offs_d[None, None, :] < D)
     offs = (b.to(tl.int64) * stride_b + (start + offs_t)[:, None, None].to(tl.int64) * stride_s
-            + offs_h[None, :, None] * stride_h + offs_d[None, None, :])
+            + (h0 + offs_h)[None, :, None] * stride_h + offs_d[None, None, :])
     return offs, mask
 
 
@@ -168,18 +168,8 @@ def _slice_tile(s, i, n_kv, CU, seqlen_batched, stride_b, stride_s, stride_h, BL
     its G query heads of kv head s % n_kv. Returns (offs, mask, b, kvh)."""
     b = s // n_kv
     kvh = s - b * n_kv
-    if VARLEN:
-        start = tl.load(CU + b)
-        seqlen = tl.load(CU + b + 1) - start
-    else:
-        start = 0
-        seqlen = seqlen_batched
-    offs_t = i * BLOCK_T + tl.arange(0, BLOCK_T)
-    offs_g = tl.arange(0, G_PAD)
-    offs_d = tl.arange(0, D_PAD)
-    mask = (offs_t[:, None, None] < seqlen) & (offs_g[None, :, None] < G) & (offs_d[None, None, :] < D)
-    offs = (b.to(tl.int64) * stride_b + (start + offs_t)[:, None, None].to(tl.int64) * stride_s
-            + (kvh * G + offs_g)[None, :, None] * stride_h + offs_d[None, None, :])
+    offs, mask = _tile(i, b, CU, seqlen_batched, stride_b, stride_s, stride_h, BLOCK_T, G_PAD, G, D_PAD, D,
+                       VARLEN, kvh * G)
     return offs, mask, b, kvh
 
 
