@@ -342,8 +342,7 @@ def _quantize_fused(x, y, y_strides, cu, batch, seqlen, heads, d, hk, strides, v
     """Launch `_fused_kernel`; returns (y, descale) like `quantize_fp8`."""
     group = heads // hk
     g_pad, d_pad = triton.next_power_of_2(group), triton.next_power_of_2(max(d, 1))
-    elements = 16 * g_pad * d_pad if triton_interpret() else FUSED_TILE_ELEMENTS
-    block_t = max(1, min(triton.next_power_of_2(max(seqlen, 1)), elements // (g_pad * d_pad)))
+    block_t = min(_block_t(group, d, FUSED_TILE_ELEMENTS), triton.next_power_of_2(max(seqlen, 1)))
     nblocks = triton.cdiv(max(seqlen, 1), block_t)
     slices = batch * hk
     slice_bytes = max(seqlen, 1) * group * d * x.element_size()
