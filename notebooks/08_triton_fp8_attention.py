@@ -259,8 +259,40 @@ rec.pivot_table(index="setting", columns="version", values="tflops", sort=False)
 #   programs share an SM. It won only at 256 causal (+0.3-4 %), where it is the default.
 #
 # The result is 0.75-0.92x FA3 FP8 across the v5 grid (notebook 07): FA3's remaining edge
-# is its producer/consumer warpgroups with explicit ping-pong scheduling, which Triton 3.6
-# could not give us.
+# is its producer/consumer warpgroups with explicit ping-pong scheduling, which Triton 3.6's
+# compiler does not build by itself (section (h) builds it by hand).
+
+# %% [markdown]
+# ## (h) FA3's structure, written out: the Gluon kernel (v8)
+#
+# FA3's remaining edge is structural, so the next step was to build that structure, which
+# Triton's compiler will not build for us: `fp8lab.kernels.attention_ws` writes it in Gluon
+# (Triton's lower-level language). One *loader* warp only issues TMA copies of K and V^T
+# into a ring of shared-memory stages, with mbarriers saying "full" and "free"; two
+# *consumer* warpgroups of 64 query rows each (ping-pong) issue S_j = Q K_j^T and
+# O += P_{j-1} V_{j-1} as asynchronous wgmma and wait only for S_j, so the softmax overlaps
+# the previous PV product; P stays in registers as the MMA's A operand. The arithmetic is
+# this notebook's, step for step. Gluon does not run in the interpreter:
+# `fp8lab.kernels.compile_ws_sm90()` compiles it for sm_90 on a laptop (in a process without
+# `TRITON_INTERPRET`), and its `.asm["ptx"]` shows the `setmaxnreg` register hand-over and the
+# `wgmma.wait_group 1` of the overlap. The three designs measured on the H200:
+
+# %%
+ws = explain.ws_record(rdir)
+plots.plot_ws(ws[ws["version"] == "v8"])
+plt.show()
+ws.pivot_table(index="case", columns=["version", "kernel"], values="ratio", sort=False).round(2)
+
+# %% [markdown]
+# What it shows (details in `docs/kernel-notes.md`, v8):
+# - **v8a**, one 8-warp consumer: Gluon puts a `bar.sync` of the whole partition before every
+#   mbarrier operation, so the two warpgroups ran in lock step and never overlapped; 0.54-0.71x.
+# - **v8b/v8**, two 4-warp consumers, one barrier pair per stage: each warpgroup waits only for
+#   itself. At head dim 256 it edges out the Triton kernel; at 64 and 128 it does not: a CTA
+#   now fills the register file (one per SM), and the per-block barrier, P shuffle and softmax
+#   on 64 rows are not hidden behind MMAs that short.
+# - FA3 goes further: it orders the two warpgroups' MMAs with named barriers and runs a
+#   persistent scheduler. Structure alone was not enough; its scheduling details carry the rest.
 
 # %% [markdown]
 # ## Summary

@@ -607,6 +607,104 @@ def quick(run: Run, prov: dict) -> None:
         del q, k, v, vt
 
 
+WS_CANDIDATES = {  # (head_dim) -> (block_n, stages) of the warp-specialized Gluon kernel (v8)
+    64: [(128, 2), (128, 3), (128, 4)],
+    128: [(128, 2), (128, 3)],
+    256: [(64, 3), (64, 4)],
+}
+
+
+def ws(run: Run, prov: dict) -> None:
+    """v8: the warp-specialized Gluon kernel (`fp8lab.kernels.attention_ws`), --ws.
+
+    Correctness first: every candidate against the emulation with the same block_n, and against
+    the Triton kernel with the same block sizes, on a ragged GQA shape and a 2k shape; stride-0
+    and materialized descales must give the same bits. Then the grid: each candidate, the Triton
+    default, fa3-fwd FP8 and vLLM's FA3 FP8 varlen path on the same inputs.
+    """
+    from fp8lab.kernels import attention_ws as W
+    from fp8lab.reference.exact import attention_exact
+    from fp8lab.reference.fa3 import attention_fa3_fp8
+
+    gen = torch.Generator(device="cuda").manual_seed(8)
+    rows: list[dict] = []
+    for d in (64, 128, 256):
+        for causal in (False, True):
+            for b, sq, sk, hq, hk in ((2, 203, 208, 8, 2), (1, 2048, 2048, 16, 16)):
+                q, k, v, qd, kd, vd = make_inputs(b, sq, sk, hq, hk, d, gen)
+                vt = A.pretranspose_v(v)
+                exact = attention_exact(q, k, v, q_descale=qd, k_descale=kd, v_descale=vd, causal=causal)
+                name = f"{b}x{sq}/{sk}x{hq}/{hk}x{d}{' causal' if causal else ''}"
+                for bn, st in WS_CANDIDATES[d]:
+                    cfg = W.WsConfig(block_n=bn, stages=st)
+                    t0 = time.time()
+                    try:
+                        emu = attention_fa3_fp8(q, k, v, qd, kd, vd, block_n=bn, causal=causal)
+                        out, lse = W.fp8_attention_ws(q, k, vt, q_descale=qd, k_descale=kd, v_descale=vd,
+                                                      causal=causal, config=cfg)
+                        tri = A.fp8_attention(q, k, vt, qd, kd, vd, causal=causal,
+                                              config=A.AttentionConfig(cfg.block_m, bn, 8, 2))
+                        qd0 = qd[:1, :1].expand_as(qd)
+                        o1, _ = W.fp8_attention_ws(q, k, vt, q_descale=qd0, k_descale=kd, v_descale=vd,
+                                                   causal=causal, config=cfg)
+                        o2, _ = W.fp8_attention_ws(q, k, vt, q_descale=qd0.contiguous(), k_descale=kd,
+                                                   v_descale=vd, causal=causal, config=cfg)
+                        e_emu, e_exact = rel_l2(out, emu), rel_l2(emu, exact)
+                        rows.append(dict(section="correctness", case=name, config=cfg.label(), ours_vs_emu=e_emu,
+                                         emu_vs_exact=e_exact, ratio=e_emu / max(e_exact, 1e-30),
+                                         ws_vs_triton=rel_l2(out, tri), same_bits_as_triton=float((out == tri).float().mean()),
+                                         stride0_bitwise=bool(torch.equal(o1, o2)), finite=bool(torch.isfinite(out).all()),
+                                         lse_finite_rows=int(torch.isfinite(lse).sum()), s=round(time.time() - t0, 1)))
+                    except Exception as e:  # noqa: BLE001
+                        rows.append(dict(section="correctness", case=name, config=cfg.label(), error=repr(e)[:400]))
+                    print(rows[-1], flush=True)
+                run.save("ws", rows)
+                del q, k, v, vt, exact
+
+    for case in bench.bench_grid():
+        if run.left() < 10:
+            print("budget exhausted; ws grid stops before", case.label(), flush=True)
+            break
+        b, s, h, d, causal = case.batch, case.seqlen, case.heads_q, case.head_dim, case.causal
+        q, k, v, qd, kd, vd = make_inputs(b, s, s, h, h, d, gen)
+        vt = A.pretranspose_v(v)
+        timed = [("ws", W.WsConfig(block_n=bn, stages=st).label(),
+                  (lambda cfg=W.WsConfig(block_n=bn, stages=st): W.fp8_attention_ws(
+                      q, k, vt, q_descale=qd, k_descale=kd, v_descale=vd, causal=causal, config=cfg)))
+                 for bn, st in WS_CANDIDATES[d]]
+        cfg0 = A.default_config(d, causal)
+        timed.append(("default", cfg0.label(), lambda: A.fp8_attention(q, k, vt, qd, kd, vd, causal=causal, config=cfg0)))
+        if "fa3" in prov:
+            timed.append(("fa3-fwd FP8", "", lambda: fa3_call(prov["fa3"], q, k, v, qd, kd, vd, causal)))
+        cu = torch.arange(0, b + 1, device="cuda", dtype=torch.int32) * s
+        qf, kf, vf = (x.reshape(b * s, h, d) for x in (q, k, v))
+        if "vllm" in prov:
+            timed.append(("vLLM FA3 FP8 varlen", "", lambda: vllm_call(prov["vllm"], qf, kf, vf, qd, kd, vd, causal, cu, s)))
+        time_rows(run, rows, case, timed)
+        run.save("ws", rows)
+        del q, k, v, vt, qf, kf, vf
+
+
+def ws_summary(run: Run) -> None:
+    rows = run.sections.get("ws", [])
+    bad = [r for r in rows if r.get("section") == "correctness" and ("error" in r or not r["ratio"] < 0.6)]
+    print(f"\nws correctness: {sum(r.get('section') == 'correctness' for r in rows)} rows, flagged {len(bad)}")
+    for r in bad:
+        print("  ", r)
+    by_case: dict[str, dict[str, float]] = {}
+    for r in rows:
+        if r.get("section") == "speed" and "tflops" in r:
+            key = r["config"] if r["provider"] == "ws" else r["provider"]
+            by_case.setdefault(r["case"], {})[key] = r["tflops"]
+    print(f"{'case':<24} {'best ws':>8} {'config':<18} {'triton':>7} {'FA3fp8':>7} {'ws/FA3':>6} {'vllm':>6}")
+    for case, d in by_case.items():
+        wss = [(t, c) for c, t in d.items() if c.startswith("ws-")]
+        best = max(wss) if wss else (float("nan"), "")
+        fa3 = d.get("fa3-fwd FP8", float("nan"))
+        print(f"{case:<24} {best[0]:8.0f} {best[1]:<18} {d.get('default', float('nan')):7.0f} {fa3:7.0f} "
+              f"{best[0] / fa3:6.2f} {d.get('vLLM FA3 FP8 varlen', float('nan')):6.0f}")
+
+
 def _loop_stats(sass: str) -> list[dict]:
     """Per loop (a backward branch) with wgmma in it: instructions and the interesting kinds."""
     import re
@@ -732,6 +830,8 @@ def main() -> None:
                     help="the whole grid: default vs the v5 (pipeline_qk) candidates vs FA3 / vLLM (~6 min)")
     ap.add_argument("--v6", action="store_true",
                     help="the whole grid: default vs the v6 candidates vs fa3-fwd FP8 (~5 min)")
+    ap.add_argument("--ws", action="store_true",
+                    help="v8: the warp-specialized Gluon kernel's candidates vs Triton, FA3 and vLLM (~7 min)")
     ap.add_argument("--derive-grid", metavar="RAW_JSON",
                     help="no GPU: write bench_v5_grid.json from a --v5 run's raw JSON (see derive_grid)")
     ap.add_argument("--inspect", action="store_true",
@@ -761,6 +861,15 @@ def main() -> None:
             print(f"{section}: {time.time() - t:.1f}s", flush=True)
             v5_summary(run, section)
             return
+    if args.ws:
+        t = time.time()
+        try:
+            ws(run, prov)
+        except Exception:  # noqa: BLE001
+            traceback.print_exc()
+        print(f"ws: {time.time() - t:.1f}s", flush=True)
+        ws_summary(run)
+        return
     if args.quick:
         t = time.time()
         try:

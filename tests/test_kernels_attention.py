@@ -244,6 +244,10 @@ def test_explain_helpers():
     assert explain.folded_scale_error(q, k, qd, kd) < 1e-12
     rec = explain.tuning_record(Path(__file__).parents[1] / "results" / "h200")
     assert {"v1", "v2"} <= set(rec["version"]) and (rec["tflops"] > 100).all()
+    ws = explain.ws_record(Path(__file__).parents[1] / "results" / "h200")
+    v8 = ws[ws["version"] == "v8"]
+    assert len(v8) == 36 and set(v8["kernel"]) == {"ws (Gluon)", "Triton default"}
+    assert v8["ratio"].between(0.3, 1.5).all()
 
 
 def test_configs_are_named_and_small():

@@ -1,6 +1,8 @@
 """Our Triton kernels: FP8 flash attention (FA3's algorithm) and fused FP8 quantization.
 
 Both run on Hopper GPUs and, exactly, on the CPU under ``TRITON_INTERPRET=1``.
+`fp8_attention_ws` is FA3's warp-specialized schedule written in Gluon (Hopper only, batched,
+V pre-transposed); `compile_ws_sm90` shows its sm_90 code without a GPU.
 """
 
 from fp8lab.kernels.attention import (
@@ -12,14 +14,19 @@ from fp8lab.kernels.attention import (
     tune_attention,
     v_layout_of,
 )
+from fp8lab.kernels.attention_ws import WsConfig, compile_ws_sm90, default_ws_config, fp8_attention_ws
 from fp8lab.kernels.quantize import E4M3_MAX, quantize_fp8, quantize_fp8_static
 
 __all__ = [
     "AttentionConfig",
     "E4M3_MAX",
+    "WsConfig",
     "attention_configs",
+    "compile_ws_sm90",
     "default_config",
+    "default_ws_config",
     "fp8_attention",
+    "fp8_attention_ws",
     "pretranspose_v",
     "quantize_fp8",
     "quantize_fp8_static",

@@ -18,7 +18,7 @@ from fp8lab.layout import check_attention_inputs
 from fp8lab.kernels.fp8_rounding import round_to_bf16, round_to_e4m3
 from fp8lab.reference.exact import dequantize
 
-__all__ = ["cast_demo", "folded_scale_error", "p_grid_fractions", "tuning_record", "v_layout_costs"]
+__all__ = ["cast_demo", "folded_scale_error", "p_grid_fractions", "tuning_record", "v_layout_costs", "ws_record"]
 
 
 def _scores(q, k, q_descale, k_descale, softmax_scale):
@@ -74,6 +74,28 @@ def tuning_record(results_dir: str | Path) -> pd.DataFrame:
     best = sweep.loc[sweep.groupby(["version", "head_dim", "causal"])["tflops"].idxmax()]
     best = best.assign(setting=[f"d={int(d)}{' causal' if c else ''}" for d, c in zip(best["head_dim"], best["causal"])])
     return best[["version", "setting", "tflops", "config"]].reset_index(drop=True)
+
+
+def ws_record(results_dir: str | Path) -> pd.DataFrame:
+    """The warp-specialized Gluon kernel (v8a, v8b, v8) against the Triton kernel's default and
+    fa3-fwd FP8 on the grid, each from its own run. One row per (version, case, kernel):
+    tflops, and ratio = tflops / fa3-fwd FP8 in the same run; "ws" is the best ws config."""
+    df = records_frame(results_dir, "ws")
+    df = df[(df["section"] == "speed") & df["tflops"].notna()]
+    fa3 = df[df["provider"] == "fa3-fwd FP8"].set_index(["version", "case"])["tflops"]
+    rows = []
+    for (version, case), g in df.groupby(["version", "case"], sort=False):
+        if (version, case) not in fa3.index:
+            continue
+        ws = g[g["provider"] == "ws"]
+        tri = g[g["provider"] == "default"]
+        for kernel, part in (("ws (Gluon)", ws), ("Triton default", tri)):
+            if len(part):
+                best = part.loc[part["tflops"].idxmax()]
+                rows.append(dict(version=version, case=case, head_dim=int(best["head_dim"]), kernel=kernel,
+                                 config=best["config"], tflops=float(best["tflops"]),
+                                 ratio=float(best["tflops"]) / float(fa3[(version, case)])))
+    return pd.DataFrame(rows)
 
 
 def v_layout_costs(results_dir: str | Path, version: str = "v2") -> pd.DataFrame:

@@ -1,0 +1,427 @@
+"""FA3's schedule in Gluon: a warp-specialized FP8 attention forward for Hopper (sm_90).
+
+`fp8lab.kernels.attention` is the kernel to read: plain Triton, runs under the
+interpreter, bit for bit equal to the emulation. This module computes the same
+thing (same quantization points, same block order, same online softmax) with the
+structure FlashAttention-3 uses and Triton's compiler does not build by itself:
+
+- **Warp specialization.** One *loader* warp only issues TMA copies: each consumer's
+  Q rows once, then K_j and V^T_j, last key block first, into a ring of ``STAGES``
+  shared-memory stages; per stage one mbarrier says it is full (``ready``, TMA byte
+  count) and one that every consumer is done with it (``empty``). The loader keeps
+  24 registers per thread and gives the rest to the consumers (setmaxnreg).
+- **Ping-pong consumers.** Two consumer warpgroups, each a partition of its own with
+  64 query rows, run the same code on the same K/V stages; while one computes its
+  softmax the other's MMAs keep the tensor cores busy (FA3 orders them with named
+  barriers; here the warp schedulers interleave them).
+- **Asynchronous wgmma and FA3's intra-warpgroup overlap.** In each iteration a
+  consumer issues S_j = Q K_j^T, then O += P_{j-1} V_{j-1}, and waits only for S_j:
+  the softmax of block j runs on the CUDA cores while the tensor cores finish the
+  previous block's PV product.
+- **P stays in registers.** e4m3(P) is the register A operand of the PV wgmma
+  (FA3's ``MmaPV_is_RS``); V^T's tile is K-major in shared memory as FP8 wgmma
+  requires, so V must be pre-transposed (`fp8lab.kernels.pretranspose_v`).
+
+Measured on an H200 (docs/kernel-notes.md, v8; `results/h200/bench_v8_ws.*`): 0.74-0.82x
+FA3 FP8 at head dim 256, where it is 0.4-3 % faster than the Triton kernel; 0.73-0.80x at
+128 and 0.59-0.64x at 64, where the Triton kernel is faster. So `fp8_attention` stays the
+default and this kernel is the lesson in what FA3's structure is made of.
+
+Scope: batched (not varlen) inputs on an sm_90 GPU, head_dim 64, 128 or 256, V
+pre-transposed, Q/K/out with head_dim contiguous and rows of (heads x head_dim).
+`fp8_attention_ws` says what it got when an input is outside that scope.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import triton
+
+from fp8lab.env import triton_interpret
+from fp8lab.layout import check_attention_inputs, check_descale, check_softmax_scale
+
+try:  # Gluon ships with triton >= 3.5; the CPU-only kit imports this module without it
+    from triton.experimental import gluon
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.language.nvidia.hopper import (
+        fence_async_shared,
+        mbarrier,
+        tma,
+        warpgroup_mma,
+        warpgroup_mma_wait,
+    )
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    # triton 3.6 (the H200 host) names the TMA load async_copy_global_to_shared; 3.9 (CI) async_load
+    _tma_load = tma.async_load if hasattr(tma, "async_load") else tma.async_copy_global_to_shared
+    HAVE_GLUON = True
+except ImportError:  # pragma: no cover - depends on the installed triton
+    HAVE_GLUON = False
+
+__all__ = ["HAVE_GLUON", "WsConfig", "compile_ws_sm90", "default_ws_config", "fp8_attention_ws", "ws_supported"]
+
+LOG2E = 1.4426950408889634
+FA3_MAX_OFFSET = 8.0
+
+
+@dataclass(frozen=True)
+class WsConfig:
+    """Tiles of the warp-specialized kernel: `consumers` warpgroups of 64 query rows each
+    (block_m = 64 * consumers rows per CTA), `block_n` keys per stage, `stages` K/V buffers."""
+
+    consumers: int = 2
+    block_n: int = 128
+    stages: int = 2
+
+    @property
+    def block_m(self) -> int:
+        return 64 * self.consumers
+
+    @property
+    def consumer_regs(self) -> int:
+        """Registers per consumer thread after the loader warp gave its own back (setmaxnreg)."""
+        return 240 if self.consumers == 2 else 160
+
+    @property
+    def maxnreg(self) -> int:
+        """Registers per thread at launch: all warpgroups (the loader's counts as one) share 64K."""
+        return 65536 // (128 * (self.consumers + 1)) // 8 * 8
+
+    def label(self) -> str:
+        return f"ws-c{self.consumers}n{self.block_n}s{self.stages}"
+
+
+def default_ws_config(head_dim: int, causal: bool = False) -> WsConfig:
+    """Two consumer warpgroups and the widest key block that compiles for sm_90 without spills
+    (offline compiles: three consumers at 160 registers, 256 keys at head_dim 64 and 128 keys at
+    256 all spill)."""
+    return WsConfig(consumers=2, block_n=64 if head_dim > 128 else 128, stages=2)
+
+
+if HAVE_GLUON:
+
+    @gluon.jit
+    def _ws_loader(q_desc, k_desc, vt_desc, bufs, bars, q_row, q_col, k_row, k_col, vt_row, n_blocks,
+                   BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CONSUMERS: gl.constexpr):
+        """One warp: TMA copies of each consumer's Q rows, then K_j and V^T_j (one stage, one barrier) for
+        j = last .. 0."""
+        q_bufs, k_bufs, v_bufs = bufs
+        q_bar, ready, empty = bars
+        mbarrier.expect(q_bar, CONSUMERS * q_desc.block_type.nbytes)
+        for c in gl.static_range(CONSUMERS):
+            _tma_load(q_desc, [q_row + c * 64, q_col], q_bar, q_bufs.index(c))
+        for it in range(n_blocks):
+            n0 = (n_blocks - 1 - it) * BLOCK_N
+            st = it % STAGES
+            mbarrier.wait(empty.index(st), ((it // STAGES) & 1) ^ 1)  # a fresh mbarrier counts as phase 1 done
+            mbarrier.expect(ready.index(st), k_desc.block_type.nbytes + vt_desc.block_type.nbytes)
+            _tma_load(k_desc, [k_row + n0, k_col], ready.index(st), k_bufs.index(st))
+            _tma_load(vt_desc, [vt_row, n0], ready.index(st), v_bufs.index(st))
+
+    @gluon.jit
+    def _ws_mask(s, n0, offs_m, seqlen_k, diag, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr,
+                 s_layout: gl.constexpr):
+        """Keys past the sequence (and, causal, right of the bottom-right diagonal) -> -inf."""
+        offs_n = n0 + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
+        keep = gl.expand_dims(offs_n < seqlen_k, 0)
+        if CAUSAL:
+            keep = keep & (gl.expand_dims(offs_n, 0) <= gl.expand_dims(offs_m + diag, 1))
+        return gl.where(keep, s, float("-inf"))
+
+    @gluon.jit
+    def _ws_softmax(s, m_i, l_i, scale_log2, MAX_OFFSET: gl.constexpr):
+        """The online-softmax update of `fp8lab.kernels.attention._softmax_pv`, without the PV product."""
+        m_new = gl.maximum(m_i, gl.max(s, 1))
+        m_use = gl.where(m_new == float("-inf"), 0.0, m_new)
+        max_scaled = m_use * scale_log2 - MAX_OFFSET
+        p = gl.exp2(s * scale_log2 - gl.expand_dims(max_scaled, 1))
+        alpha = gl.exp2((m_i - m_use) * scale_log2)
+        l_i = l_i * alpha + gl.sum(p, 1)
+        return p, alpha, l_i, m_new
+
+    @gluon.jit
+    def _ws_consumer(bufs, bars, wg, n_blocks, n_masked, m0, seqlen_q, seqlen_k, diag, scale_log2, v_descale,
+                     o_base, stride_os, l_base,
+                     BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr,
+                     CAUSAL: gl.constexpr, MAX_OFFSET: gl.constexpr):
+        """One warpgroup, 64 query rows: S = Q K^T and O += e4m3(P) V^T as async wgmma, the
+        softmax in between, then the epilogue. Several run side by side on the same K/V ring."""
+        ROWS: gl.constexpr = 64
+        s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                           instr_shape=[16, BLOCK_N, 32])
+        o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                           instr_shape=[16, HEAD_DIM, 32])
+        p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=4)
+        q_bufs, k_bufs, v_bufs = bufs
+        q_bar, ready, empty = bars
+        q_smem = q_bufs.index(wg)
+        r0 = m0 + wg * ROWS
+
+        offs_m = r0 + gl.arange(0, ROWS, layout=gl.SliceLayout(1, s_layout))
+        zero_s = gl.zeros([ROWS, BLOCK_N], gl.float32, s_layout)
+        m_i = gl.full([ROWS], float("-inf"), gl.float32, gl.SliceLayout(1, s_layout))
+        l_i = gl.zeros([ROWS], gl.float32, gl.SliceLayout(1, s_layout))
+        acc = gl.zeros([ROWS, HEAD_DIM], gl.float32, o_layout)
+        mbarrier.wait(q_bar, 0)
+        if n_blocks > 0:
+            # Block 0 (the last key block): scores and softmax only; its PV runs in the next step.
+            mbarrier.wait(ready.index(0), 0)
+            s = warpgroup_mma(q_smem, k_bufs.index(0).permute((1, 0)), zero_s, use_acc=False, is_async=True)
+            s = warpgroup_mma_wait(0, deps=[s])
+            if n_masked > 0:
+                s = _ws_mask(s, (n_blocks - 1) * BLOCK_N, offs_m, seqlen_k, diag, BLOCK_N, CAUSAL, s_layout)
+            p, alpha, l_i, m_i = _ws_softmax(s, m_i, l_i, scale_log2, MAX_OFFSET)
+            p8 = gl.convert_layout(p.to(gl.float8e4nv), p_layout)
+            for it in range(1, n_blocks):
+                st = it % STAGES
+                prev = (it - 1) % STAGES
+                mbarrier.wait(ready.index(st), (it // STAGES) & 1)  # K_j and V_j
+                s = warpgroup_mma(q_smem, k_bufs.index(st).permute((1, 0)), zero_s, use_acc=False, is_async=True)
+                acc = warpgroup_mma(p8, v_bufs.index(prev).permute((1, 0)), acc, is_async=True)
+                s = warpgroup_mma_wait(1, deps=[s])  # S_j done; the PV product of block j-1 may still run
+                if it < n_masked:
+                    s = _ws_mask(s, (n_blocks - 1 - it) * BLOCK_N, offs_m, seqlen_k, diag, BLOCK_N, CAUSAL,
+                                 s_layout)
+                p, alpha, l_i, m_i = _ws_softmax(s, m_i, l_i, scale_log2, MAX_OFFSET)
+                acc = warpgroup_mma_wait(0, deps=[acc])
+                mbarrier.arrive(empty.index(prev), count=1)  # K_{j-1} and V_{j-1} are free
+                acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
+                p8 = gl.convert_layout(p.to(gl.float8e4nv), p_layout)
+            last = (n_blocks - 1) % STAGES
+            acc = warpgroup_mma(p8, v_bufs.index(last).permute((1, 0)), acc, is_async=True)
+            acc = warpgroup_mma_wait(0, deps=[acc])
+
+        # Epilogue (as the teaching kernel): normalise, v_descale, bf16 out, natural-log lse.
+        l_o = gl.convert_layout(l_i, gl.SliceLayout(1, o_layout))
+        m_o = gl.convert_layout(m_i, gl.SliceLayout(1, o_layout))
+        empty = l_o == 0.0
+        out = acc * gl.expand_dims((1.0 / gl.where(empty, 1.0, l_o)) * v_descale, 1)
+        m_use = gl.where(m_o == float("-inf"), 0.0, m_o)
+        lse = (m_use * scale_log2 - MAX_OFFSET + gl.log2(gl.where(empty, 1.0, l_o))) * 0.6931471805599453
+        lse = gl.where(empty, float("-inf"), lse)
+        rows = r0 + gl.arange(0, ROWS, layout=gl.SliceLayout(1, o_layout))
+        offs_d = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, o_layout))
+        in_q = rows < seqlen_q
+        o_ptrs = o_base + gl.expand_dims(rows.to(gl.int64) * stride_os, 1) + gl.expand_dims(offs_d, 0)
+        gl.store(o_ptrs, out.to(gl.bfloat16), mask=gl.expand_dims(in_q, 1))
+        gl.store(l_base + rows, lse, mask=in_q)
+
+    @gluon.jit
+    def _fp8_attention_ws_fwd(
+        q_desc, k_desc, vt_desc,  # TMA descriptors: Q (b*s_q, h*d), K (b*s_k, hk*d), V^T (b*hk*d, s_k)
+        O, LSE,  # bf16 (batch, seqlen_q, heads_q, head_dim); float32 (batch, heads_q, seqlen_q)
+        Q_DESCALE, K_DESCALE, V_DESCALE,  # float32 (batch, heads_kv), any strides
+        stride_ob, stride_os, stride_oh, stride_lb, stride_lh,
+        stride_qdb, stride_qdh, stride_kdb, stride_kdh, stride_vdb, stride_vdh,
+        heads_q, heads_kv, seqlen_q, seqlen_k, n_m_blocks, batch_heads, heads_per_chunk,
+        softmax_scale_log2,
+        GROUP: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
+        CONSUMERS: gl.constexpr, CONSUMER_REGS: gl.constexpr, CAUSAL: gl.constexpr, MAX_OFFSET: gl.constexpr,
+    ):
+        BLOCK_M: gl.constexpr = 64 * CONSUMERS
+        # The teaching kernel's schedule: heads in L2-sized chunks, longest query blocks first.
+        pid = gl.program_id(0)
+        chunk_size = n_m_blocks * heads_per_chunk
+        chunk = pid // chunk_size
+        heads_here = gl.minimum(heads_per_chunk, batch_heads - chunk * heads_per_chunk)
+        r = pid - chunk * chunk_size
+        pid_m = n_m_blocks - 1 - r // heads_here
+        pid_bh = chunk * heads_per_chunk + r % heads_here
+        b = pid_bh // heads_q
+        h = pid_bh % heads_q
+        hk = h // GROUP
+        m0 = pid_m * BLOCK_M
+
+        q_descale = gl.load(Q_DESCALE + b * stride_qdb + hk * stride_qdh)
+        k_descale = gl.load(K_DESCALE + b * stride_kdb + hk * stride_kdh)
+        v_descale = gl.load(V_DESCALE + b * stride_vdb + hk * stride_vdh)
+        scale_log2 = softmax_scale_log2 * (q_descale * k_descale)
+
+        diag = seqlen_k - seqlen_q
+        if CAUSAL:
+            n_end = gl.minimum(seqlen_k, m0 + BLOCK_M + diag)
+            n_blocks = (gl.maximum(n_end, 0) + BLOCK_N - 1) // BLOCK_N
+            n_full = gl.minimum(gl.maximum(m0 + diag + 1, 0), seqlen_k) // BLOCK_N
+        else:
+            n_blocks = (seqlen_k + BLOCK_N - 1) // BLOCK_N
+            n_full = seqlen_k // BLOCK_N
+        n_full = gl.minimum(n_full, n_blocks)
+        n_masked = n_blocks - n_full
+
+        q_bufs = gl.allocate_shared_memory(q_desc.dtype, [CONSUMERS] + q_desc.block_type.shape, q_desc.layout)
+        k_bufs = gl.allocate_shared_memory(k_desc.dtype, [STAGES] + k_desc.block_type.shape, k_desc.layout)
+        v_bufs = gl.allocate_shared_memory(vt_desc.dtype, [STAGES] + vt_desc.block_type.shape, vt_desc.layout)
+        q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+        ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        mbarrier.init(q_bar, count=1)
+        for i in gl.static_range(STAGES):
+            mbarrier.init(ready.index(i), count=1)
+            mbarrier.init(empty.index(i), count=CONSUMERS)  # every consumer releases every stage
+        fence_async_shared()
+
+        b64 = b.to(gl.int64)
+        o_base = O + b64 * stride_ob + h.to(gl.int64) * stride_oh
+        l_base = LSE + b64 * stride_lb + h.to(gl.int64) * stride_lh
+        bufs = (q_bufs, k_bufs, v_bufs)
+        bars = (q_bar, ready, empty)
+        # Ping-pong: consumer 0 is the default partition (num_warps=4), the others are workers
+        # with the same code on their own 64 rows; the loader warp (last, so the consumers fill
+        # whole warpgroups) keeps 24 registers.
+        if CONSUMERS == 2:
+            gl.warp_specialize([
+                (_ws_consumer, (bufs, bars, 0, n_blocks, n_masked, m0, seqlen_q, seqlen_k, diag, scale_log2,
+                                v_descale, o_base, stride_os, l_base, BLOCK_N, HEAD_DIM, STAGES, CAUSAL, MAX_OFFSET)),
+                (_ws_consumer, (bufs, bars, 1, n_blocks, n_masked, m0, seqlen_q, seqlen_k, diag, scale_log2,
+                                v_descale, o_base, stride_os, l_base, BLOCK_N, HEAD_DIM, STAGES, CAUSAL, MAX_OFFSET)),
+                (_ws_loader, (q_desc, k_desc, vt_desc, bufs, bars, b * seqlen_q + m0, h * HEAD_DIM, b * seqlen_k,
+                              hk * HEAD_DIM, (b * heads_kv + hk) * HEAD_DIM, n_blocks, BLOCK_N, STAGES, CONSUMERS)),
+            ], [4, 1], [CONSUMER_REGS, 24])
+        else:
+            gl.warp_specialize([
+                (_ws_consumer, (bufs, bars, 0, n_blocks, n_masked, m0, seqlen_q, seqlen_k, diag, scale_log2,
+                                v_descale, o_base, stride_os, l_base, BLOCK_N, HEAD_DIM, STAGES, CAUSAL, MAX_OFFSET)),
+                (_ws_consumer, (bufs, bars, 1, n_blocks, n_masked, m0, seqlen_q, seqlen_k, diag, scale_log2,
+                                v_descale, o_base, stride_os, l_base, BLOCK_N, HEAD_DIM, STAGES, CAUSAL, MAX_OFFSET)),
+                (_ws_consumer, (bufs, bars, 2, n_blocks, n_masked, m0, seqlen_q, seqlen_k, diag, scale_log2,
+                                v_descale, o_base, stride_os, l_base, BLOCK_N, HEAD_DIM, STAGES, CAUSAL, MAX_OFFSET)),
+                (_ws_loader, (q_desc, k_desc, vt_desc, bufs, bars, b * seqlen_q + m0, h * HEAD_DIM, b * seqlen_k,
+                              hk * HEAD_DIM, (b * heads_kv + hk) * HEAD_DIM, n_blocks, BLOCK_N, STAGES, CONSUMERS)),
+            ], [4, 4, 1], [CONSUMER_REGS, CONSUMER_REGS, 24])
+
+
+def ws_supported(device: torch.device | None = None) -> bool:
+    """True when Gluon is importable and the GPU is a Hopper (sm_90)."""
+    if not HAVE_GLUON or not torch.cuda.is_available():
+        return False
+    dev = torch.device("cuda") if device is None else device
+    return dev.type == "cuda" and torch.cuda.get_device_capability(dev) == (9, 0)
+
+
+def _row_view(x: torch.Tensor, name: str) -> tuple[int, int]:
+    """(rows, row stride) of a (b, s, h, d) tensor read as a 2-D (b*s, h*d) matrix."""
+    b, s, h, d = x.shape
+    if x.stride(3) != 1 or x.stride(2) != d or (b > 1 and x.stride(0) != s * x.stride(1)):
+        raise ValueError(
+            f"{name}: the warp-specialized kernel reads {name} as rows of (heads x head_dim); expected strides "
+            f"(s*row, row, {d}, 1) with row >= heads*head_dim, got {tuple(x.stride())}"
+        )
+    if x.stride(1) % 16 or x.data_ptr() % 16:
+        raise ValueError(f"{name}: TMA needs a 16-byte aligned base and row stride, got stride {x.stride(1)}")
+    return b * s, x.stride(1)
+
+
+def fp8_attention_ws(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    q_descale: torch.Tensor | None = None,
+    k_descale: torch.Tensor | None = None,
+    v_descale: torch.Tensor | None = None,
+    causal: bool = False,
+    softmax_scale: float | None = None,
+    max_offset: float = FA3_MAX_OFFSET,
+    config: WsConfig | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """FP8 attention with FA3's warp-specialized schedule (Hopper only); same contract as
+    `fp8lab.kernels.fp8_attention` for batched inputs.
+
+    q (b, s_q, h, d), k (b, s_k, hk, d): float8_e4m3fn, head_dim contiguous; v (b, s_k, hk, d)
+    pre-transposed (`pretranspose_v`). Descales float32 (b, hk), any strides (None = ones).
+    Returns out bf16 (b, s_q, h, d) and lse float32 (b, h, s_q).
+    """
+    if not HAVE_GLUON:
+        raise RuntimeError(f"fp8_attention_ws needs Gluon (triton >= 3.5); this triton is {triton.__version__}")
+    # V arrives pre-transposed; the layout check wants FA3's layout, so it sees a stand-in of v's shape
+    shape = check_attention_inputs(q, k, torch.empty(v.shape[-1], dtype=v.dtype, device=v.device).expand(v.shape))
+    if not shape.fp8:
+        raise TypeError(f"fp8_attention_ws: expected float8_e4m3fn q, k, v, got {q.dtype}")
+    if not (q.is_cuda and ws_supported(q.device)):
+        got = torch.cuda.get_device_capability(q.device) if q.is_cuda else q.device.type
+        raise RuntimeError(f"fp8_attention_ws: expected tensors on an sm_90 (Hopper) GPU, got {got}")
+    b, s_q, h, d = q.shape
+    s_k, hk = k.shape[1], k.shape[2]
+    if d not in (64, 128, 256):
+        raise ValueError(f"fp8_attention_ws: head_dim must be 64, 128 or 256, got {d}")
+    if v.stride(1) != 1 or v.stride(3) != s_k or v.stride(2) != d * s_k or (b > 1 and v.stride(0) != hk * d * s_k):
+        raise ValueError(
+            f"v: the warp-specialized kernel needs V pre-transposed (pretranspose_v: strides of a (b, hk, d, s_k) "
+            f"buffer, {(hk * d * s_k, 1, d * s_k, s_k)}), got {tuple(v.stride())}"
+        )
+    if (s_k % 16) or v.data_ptr() % 16:
+        raise ValueError(f"v: TMA needs 16-byte aligned rows of V^T: seqlen_k % 16 == 0, got seqlen_k={s_k}")
+    scale = check_softmax_scale(softmax_scale, d)
+    descales = []
+    for name, t in (("q_descale", q_descale), ("k_descale", k_descale), ("v_descale", v_descale)):
+        if t is None:
+            t = torch.ones((1, 1), dtype=torch.float32, device=q.device).expand(b, hk)
+        check_descale(name, torch.ones((), dtype=t.dtype).expand(t.shape), b, hk)  # dtype/shape; no device sync
+        if t.device != q.device:
+            raise ValueError(f"{name}: expected it on {q.device} like q, got {t.device}")
+        descales.append(t)
+    cfg = config or default_ws_config(d, causal)
+    q_rows, q_stride = _row_view(q, "q")
+    k_rows, k_stride = _row_view(k, "k")
+
+    fp8 = gl.float8e4nv
+    q_layout = gl.NVMMASharedLayout.get_default_for([64, d], fp8)
+    k_layout = gl.NVMMASharedLayout.get_default_for([cfg.block_n, d], fp8)
+    v_layout = gl.NVMMASharedLayout.get_default_for([d, cfg.block_n], fp8)
+    q_desc = TensorDescriptor(q, [q_rows, h * d], [q_stride, 1], [64, d], q_layout)
+    k_desc = TensorDescriptor(k, [k_rows, hk * d], [k_stride, 1], [cfg.block_n, d], k_layout)
+    vt_desc = TensorDescriptor(v, [b * hk * d, s_k], [s_k, 1], [d, cfg.block_n], v_layout)
+
+    out = torch.empty((b, s_q, h, d), dtype=torch.bfloat16, device=q.device)
+    lse = torch.empty((b, h, s_q), dtype=torch.float32, device=q.device)
+    n_m_blocks = triton.cdiv(s_q, cfg.block_m)
+    batch_heads = b * h
+    per_chunk = max(1, min(batch_heads, (24 << 20) // max(1, 2 * s_k * d * max(1, h // hk))))
+    grid = (n_m_blocks * batch_heads,)
+    qd, kd, vd = descales
+    _fp8_attention_ws_fwd[grid](
+        q_desc, k_desc, vt_desc, out, lse, qd, kd, vd,
+        out.stride(0), out.stride(1), out.stride(2), lse.stride(0), lse.stride(1),
+        qd.stride(0), qd.stride(1), kd.stride(0), kd.stride(1), vd.stride(0), vd.stride(1),
+        h, hk, s_q, s_k, n_m_blocks, batch_heads, per_chunk,
+        scale * LOG2E,
+        GROUP=h // hk, HEAD_DIM=d, BLOCK_N=cfg.block_n, STAGES=cfg.stages, CONSUMERS=cfg.consumers,
+        CONSUMER_REGS=cfg.consumer_regs, CAUSAL=bool(causal), MAX_OFFSET=float(max_offset), num_warps=4,
+        maxnreg=cfg.maxnreg,
+    )
+    return out, lse
+
+
+
+def compile_ws_sm90(head_dim: int = 128, causal: bool = False, config: WsConfig | None = None):
+    """Compile the kernel for sm_90 without a GPU (triton's bundled ptxas) and return triton's
+    compiled kernel: `.asm["ptx"]`, `.asm["cubin"]`, `.metadata.shared` (bytes of shared memory).
+
+    For reading what the compiler made of the schedule (setmaxnreg, wgmma waits, mbarriers) on
+    a laptop; the grid shapes' integer arguments are specialised as on the H200.
+    """
+    import inspect
+
+    from triton.backends.compiler import GPUTarget
+    from triton.experimental.gluon._runtime import GluonASTSource
+
+    if not HAVE_GLUON:
+        raise RuntimeError(f"compile_ws_sm90 needs Gluon (triton >= 3.5); this triton is {triton.__version__}")
+    if triton_interpret():
+        raise RuntimeError("compile_ws_sm90: TRITON_INTERPRET=1 replaces Gluon functions by interpreted ones; "
+                           "compile in a process without it")
+    cfg = config or default_ws_config(head_dim, causal)
+    fp8 = gl.float8e4nv
+    shapes = {"q_desc": [64, head_dim], "k_desc": [cfg.block_n, head_dim], "vt_desc": [head_dim, cfg.block_n]}
+    descs = {name: f"tensordesc<fp8e4nv[{shp[0]}, {shp[1]}],{gl.NVMMASharedLayout.get_default_for(shp, fp8)!r}>"
+             for name, shp in shapes.items()}
+    types = dict(descs, O="*bf16", LSE="*fp32", Q_DESCALE="*fp32", K_DESCALE="*fp32", V_DESCALE="*fp32",
+                 softmax_scale_log2="fp32")
+    const = dict(GROUP=1, HEAD_DIM=head_dim, BLOCK_N=cfg.block_n, STAGES=cfg.stages, CONSUMERS=cfg.consumers,
+                 CONSUMER_REGS=cfg.consumer_regs, CAUSAL=causal, MAX_OFFSET=FA3_MAX_OFFSET)
+    params = list(inspect.signature(_fp8_attention_ws_fwd.fn).parameters)
+    sig = {p: "constexpr" if p in const else types.get(p, "i32") for p in params}
+    return triton.compile(GluonASTSource(_fp8_attention_ws_fwd, sig, const), target=GPUTarget("cuda", 90, 128),
+                          options=dict(num_warps=4, maxnreg=cfg.maxnreg))
