@@ -68,36 +68,29 @@ FA3_MAX_OFFSET = 8.0
 
 @dataclass(frozen=True)
 class WsConfig:
-    """Tiles of the warp-specialized kernel: `consumers` warpgroups of 64 query rows each
-    (block_m = 64 * consumers rows per CTA), `block_n` keys per stage, `stages` K/V buffers."""
+    """Tiles of the warp-specialized kernel: two consumer warpgroups of 64 query rows each
+    (128 rows per CTA), `block_n` keys per stage, `stages` K/V buffers in the ring.
+    (Three consumers, FA3's 192-row tile at head_dim 64, get 160 registers each and spill.)"""
 
-    consumers: int = 2
     block_n: int = 128
     stages: int = 2
-
-    @property
-    def block_m(self) -> int:
-        return 64 * self.consumers
-
-    @property
-    def consumer_regs(self) -> int:
-        """Registers per consumer thread after the loader warp gave its own back (setmaxnreg)."""
-        return 240 if self.consumers == 2 else 160
-
-    @property
-    def maxnreg(self) -> int:
-        """Registers per thread at launch: all warpgroups (the loader's counts as one) share 64K."""
-        return 65536 // (128 * (self.consumers + 1)) // 8 * 8
+    consumers = 2
+    block_m = 128
+    consumer_regs = 240  # registers per consumer thread after the loader warp gave its own back
+    maxnreg = 168  # registers per thread at launch: 3 warpgroups (the loader's counts as one) x 168 <= 64K
 
     def label(self) -> str:
-        return f"ws-c{self.consumers}n{self.block_n}s{self.stages}"
+        return f"ws-n{self.block_n}s{self.stages}"
 
 
 def default_ws_config(head_dim: int, causal: bool = False) -> WsConfig:
-    """Two consumer warpgroups and the widest key block that compiles for sm_90 without spills
-    (offline compiles: three consumers at 160 registers, 256 keys at head_dim 64 and 128 keys at
-    256 all spill)."""
-    return WsConfig(consumers=2, block_n=64 if head_dim > 128 else 128, stages=2)
+    """The widest key block that compiles for sm_90 without spills (offline compiles: 256 keys
+    at head_dim 64 and 128 keys at 256 spill), and the stage count that measured best (v8)."""
+    if head_dim <= 64:
+        return WsConfig(block_n=128, stages=4 if causal else 3)
+    if head_dim <= 128:
+        return WsConfig(block_n=128, stages=3)
+    return WsConfig(block_n=64, stages=4)
 
 
 if HAVE_GLUON:
@@ -267,29 +260,17 @@ if HAVE_GLUON:
         l_base = LSE + b64 * stride_lb + h.to(gl.int64) * stride_lh
         bufs = (q_bufs, k_bufs, v_bufs)
         bars = (q_bar, ready, empty)
-        # Ping-pong: consumer 0 is the default partition (num_warps=4), the others are workers
-        # with the same code on their own 64 rows; the loader warp (last, so the consumers fill
-        # whole warpgroups) keeps 24 registers.
-        if CONSUMERS == 2:
-            gl.warp_specialize([
-                (_ws_consumer, (bufs, bars, 0, n_blocks, n_masked, m0, seqlen_q, seqlen_k, diag, scale_log2,
-                                v_descale, o_base, stride_os, l_base, BLOCK_N, HEAD_DIM, STAGES, CAUSAL, MAX_OFFSET)),
-                (_ws_consumer, (bufs, bars, 1, n_blocks, n_masked, m0, seqlen_q, seqlen_k, diag, scale_log2,
-                                v_descale, o_base, stride_os, l_base, BLOCK_N, HEAD_DIM, STAGES, CAUSAL, MAX_OFFSET)),
-                (_ws_loader, (q_desc, k_desc, vt_desc, bufs, bars, b * seqlen_q + m0, h * HEAD_DIM, b * seqlen_k,
-                              hk * HEAD_DIM, (b * heads_kv + hk) * HEAD_DIM, n_blocks, BLOCK_N, STAGES, CONSUMERS)),
-            ], [4, 1], [CONSUMER_REGS, 24])
-        else:
-            gl.warp_specialize([
-                (_ws_consumer, (bufs, bars, 0, n_blocks, n_masked, m0, seqlen_q, seqlen_k, diag, scale_log2,
-                                v_descale, o_base, stride_os, l_base, BLOCK_N, HEAD_DIM, STAGES, CAUSAL, MAX_OFFSET)),
-                (_ws_consumer, (bufs, bars, 1, n_blocks, n_masked, m0, seqlen_q, seqlen_k, diag, scale_log2,
-                                v_descale, o_base, stride_os, l_base, BLOCK_N, HEAD_DIM, STAGES, CAUSAL, MAX_OFFSET)),
-                (_ws_consumer, (bufs, bars, 2, n_blocks, n_masked, m0, seqlen_q, seqlen_k, diag, scale_log2,
-                                v_descale, o_base, stride_os, l_base, BLOCK_N, HEAD_DIM, STAGES, CAUSAL, MAX_OFFSET)),
-                (_ws_loader, (q_desc, k_desc, vt_desc, bufs, bars, b * seqlen_q + m0, h * HEAD_DIM, b * seqlen_k,
-                              hk * HEAD_DIM, (b * heads_kv + hk) * HEAD_DIM, n_blocks, BLOCK_N, STAGES, CONSUMERS)),
-            ], [4, 4, 1], [CONSUMER_REGS, CONSUMER_REGS, 24])
+        # Ping-pong: consumer 0 is the default partition (num_warps=4), consumer 1 a worker with
+        # the same code on the next 64 rows; the loader warp (last, so the consumers fill whole
+        # warpgroups) keeps 24 registers.
+        gl.warp_specialize([
+            (_ws_consumer, (bufs, bars, 0, n_blocks, n_masked, m0, seqlen_q, seqlen_k, diag, scale_log2,
+                            v_descale, o_base, stride_os, l_base, BLOCK_N, HEAD_DIM, STAGES, CAUSAL, MAX_OFFSET)),
+            (_ws_consumer, (bufs, bars, 1, n_blocks, n_masked, m0, seqlen_q, seqlen_k, diag, scale_log2,
+                            v_descale, o_base, stride_os, l_base, BLOCK_N, HEAD_DIM, STAGES, CAUSAL, MAX_OFFSET)),
+            (_ws_loader, (q_desc, k_desc, vt_desc, bufs, bars, b * seqlen_q + m0, h * HEAD_DIM, b * seqlen_k,
+                          hk * HEAD_DIM, (b * heads_kv + hk) * HEAD_DIM, n_blocks, BLOCK_N, STAGES, CONSUMERS)),
+        ], [4, 1], [CONSUMER_REGS, 24])
 
 
 def ws_supported(device: torch.device | None = None) -> bool:
