@@ -40,6 +40,7 @@ import torch
 import triton
 
 from fp8lab.env import triton_interpret
+from fp8lab.kernels.attention import heads_per_chunk
 from fp8lab.layout import check_attention_inputs, check_descale, check_softmax_scale
 
 try:  # Gluon ships with triton >= 3.5; the CPU-only kit imports this module without it
@@ -359,7 +360,7 @@ def fp8_attention_ws(
     lse = torch.empty((b, h, s_q), dtype=torch.float32, device=q.device)
     n_m_blocks = triton.cdiv(s_q, cfg.block_m)
     batch_heads = b * h
-    per_chunk = max(1, min(batch_heads, (24 << 20) // max(1, 2 * s_k * d * max(1, h // hk))))
+    per_chunk = heads_per_chunk(s_k, d, h // hk, batch_heads)  # the Triton kernel's L2 chunks
     grid = (n_m_blocks * batch_heads,)
     qd, kd, vd = descales
     _fp8_attention_ws_fwd[grid](
