@@ -172,7 +172,7 @@ def correctness(run: Run, prov: dict) -> None:
 
 def quant(run: Run) -> None:
     """Quantization kernels: bitwise checks, then bandwidth against the device copy (v7: the
-    fused per-head / per-tensor schedule against two passes, and the fused kernel's knobs)."""
+    fused per-head / per-tensor schedule against two passes; v9: the resident schedule and its knobs)."""
     import fp8lab.kernels.quantize as Qm
     from fp8lab.formats import cast_to_fp8
 
@@ -200,13 +200,25 @@ def quant(run: Run) -> None:
                 two = quantize_fp8(xx, gran, schedule="two-pass", **kw)
                 fused_same.append(all(same(quantize_fp8(xx, gran, schedule="fused", **kw), two) for _ in range(10)))
     Qm.FUSED_LAG_BYTES = None
+    resident_same = []
+    for dtype in (torch.bfloat16, torch.float16, torch.float32):
+        for gran in ("head", "tensor"):
+            for xx, kw in ((x.to(dtype), dict(heads_kv=4)), (xv.to(dtype), dict(cu_seqlens=cu))):
+                two = quantize_fp8(xx, gran, schedule="two-pass", **kw)
+                try:
+                    resident_same.append(all(same(quantize_fp8(xx, gran, schedule="resident", **kw), two)
+                                             for _ in range(10)))
+                except ValueError as e:  # per tensor: more tiles than can be resident
+                    print(f"resident {dtype} {gran} {tuple(xx.shape)}: {e}", flush=True)
     rows.append(dict(check="bitwise", head=bool(torch.equal(y.view(torch.uint8), ref.view(torch.uint8))),
                      head_descale=bool(torch.equal(d, am / c448)),
                      token=bool(torch.equal(yt.view(torch.uint8), reft.view(torch.uint8))),
                      token_descale=bool(torch.equal(dt, dref)),
                      static=bool(torch.equal(ys.view(torch.uint8), refs.view(torch.uint8))),
                      round_fp32_same=bool(torch.equal(yr.view(torch.uint8), y.view(torch.uint8))),
-                     fused_equals_two_pass=f"{sum(fused_same)}/{len(fused_same)}"))
+                     fused_equals_two_pass=f"{sum(fused_same)}/{len(fused_same)}",
+                     resident_equals_two_pass=f"{sum(resident_same)}/{len(resident_same)}",
+                     resident_capacity=Qm.resident_capacity()))
     print(rows[-1], flush=True)
     # bandwidth: 16k tokens x 32 heads x 128 (128 MiB of bf16: 2.5x the L2) and x 8 heads (32 MiB: fits)
     q_scale = torch.tensor([0.05], device="cuda")  # on the device, as vLLM keeps layer._q_scale
@@ -221,35 +233,41 @@ def quant(run: Run) -> None:
         for name, fn in [
             ("static (vLLM Q)", lambda: quantize_fp8_static(x, q_scale)),
             ("per-token", lambda: quantize_fp8(x, "token")),
+            ("per-head resident", lambda: quantize_fp8(x, "head", schedule="resident")),
             ("per-head fused", lambda: quantize_fp8(x, "head", schedule="fused")),
             ("per-head two-pass", lambda: quantize_fp8(x, "head", schedule="two-pass")),
             ("per-tensor fused", lambda: quantize_fp8(x, "tensor", schedule="fused")),
             ("per-tensor two-pass", lambda: quantize_fp8(x, "tensor", schedule="two-pass")),
         ]:
-            ms_g = bench.median_ms_graph(fn)
+            try:
+                ms_g = bench.median_ms_graph(fn)
+            except Exception as e:  # noqa: BLE001
+                rows.append(dict(size=size, kernel=name, error=repr(e)[:300]))
+                print(f"{size:<28} {name:<22} error {e!r:.200}", flush=True)
+                continue
             rows.append(dict(size=size, kernel=name, ms_graph=ms_g, useful_tbps_graph=bench.tbps(3 * n, ms_g),
                              frac_copy_graph=bench.tbps(3 * n, ms_g) / copy_bw))
             print(f"{size:<28} {name:<22} {ms_g * 1e3:7.1f} us  {rows[-1]['frac_copy_graph']:.2f} of copy", flush=True)
         if heads != 32:
             continue
-        # the fused kernel's knobs, per head and per tensor at 128 MiB
-        l2 = torch.cuda.get_device_properties(0).L2_cache_size
-        knobs = ("FUSED_TILE_ELEMENTS", "FUSED_WARPS", "FUSED_LAG_BYTES")
+        # the resident kernel's knobs, per head at 128 MiB: words per tile, warps, register cap
+        knobs = ("RESIDENT_TILE_WORDS", "RESIDENT_WARPS", "RESIDENT_MAXNREG")
         defaults = [getattr(Qm, k) for k in knobs]
-        for tile, warps in ((8192, 4), (8192, 8), (16384, 4)):
-            for gb in (l2 // 8, l2 // 4, l2 // 2):
-                for k, v in zip(knobs, (tile, warps, gb)):
-                    setattr(Qm, k, v)
-                for gran in ("head", "tensor") if gb == l2 // 4 else ("head",):
-                    cfg = dict(size=size, kernel=f"per-{gran} fused", tile=tile, warps=warps, lag_mib=gb / 2**20)
-                    try:
-                        ms_g = bench.median_ms_graph(lambda: quantize_fp8(x, gran, schedule="fused"))
-                    except Exception as e:  # noqa: BLE001
-                        rows.append(dict(cfg, error=repr(e)[:200]))
-                        continue
-                    rows.append(dict(cfg, ms_graph=ms_g, frac_copy_graph=bench.tbps(3 * n, ms_g) / copy_bw))
-                    print(f"  fused per-{gran:<6} tile {tile:<6} warps {warps} lag {gb / 2**20:5.1f} MiB: "
-                          f"{ms_g * 1e3:7.1f} us  {rows[-1]['frac_copy_graph']:.2f} of copy", flush=True)
+        for combo in ((1024, 4, 64), (2048, 4, 64), (2048, 4, 56), (2048, 4, 80), (4096, 4, 96), (4096, 8, 64),
+                      (8192, 8, 96)):
+            for k, v in zip(knobs, combo):
+                setattr(Qm, k, v)
+            cfg = dict(size=size, kernel="per-head resident", tile_words=combo[0], warps=combo[1],
+                       maxnreg=combo[2], capacity=Qm.resident_capacity())
+            try:
+                ms_g = bench.median_ms_graph(lambda: quantize_fp8(x, "head", schedule="resident"))
+            except Exception as e:  # noqa: BLE001
+                rows.append(dict(cfg, error=repr(e)[:200]))
+                print(f"  resident {combo}: error {e!r:.150}", flush=True)
+                continue
+            rows.append(dict(cfg, ms_graph=ms_g, frac_copy_graph=bench.tbps(3 * n, ms_g) / copy_bw))
+            print(f"  resident words {combo[0]:<5} warps {combo[1]} maxnreg {combo[2]:<3} capacity "
+                  f"{cfg['capacity']:<5}: {ms_g * 1e3:7.1f} us  {rows[-1]['frac_copy_graph']:.2f} of copy", flush=True)
         for k, v in zip(knobs, defaults):
             setattr(Qm, k, v)
     run.save("quant", rows, l2_bytes=torch.cuda.get_device_properties(0).L2_cache_size,
@@ -607,15 +625,24 @@ def quick(run: Run, prov: dict) -> None:
         del q, k, v, vt
 
 
-WS_CANDIDATES = {  # (head_dim) -> (block_n, stages) of the warp-specialized Gluon kernel (v8)
-    64: [(128, 2), (128, 3), (128, 4)],
-    128: [(128, 2), (128, 3)],
-    256: [(64, 3), (64, 4)],
-}
+def ws_candidates(d: int, causal: bool) -> list:
+    """v9: the v8 default of each case with FA3's two scheduling details on top (ping-pong ordering
+    of the consumers' MMAs, -pp; O's rescale under the next QK^T, -ru), and FA3's wider key
+    blocks where they compile without spills (offline sm_90 compiles: 256 keys at d=64, 128 at d=256)."""
+    import dataclasses
+
+    from fp8lab.kernels import attention_ws as W
+
+    base = W.default_ws_config(d, causal)
+    out = [dataclasses.replace(base, pingpong=pp, rescale_under_mma=ru) for pp in (False, True) for ru in (False, True)]
+    wide = {64: [(256, 2, False, False), (256, 3, False, True), (256, 3, True, True)],
+            128: [(128, 2, False, True)],
+            256: [(128, 2, False, False), (128, 2, False, True), (128, 2, True, True)]}[d]
+    return out + [W.WsConfig(block_n=bn, stages=st, pingpong=pp, rescale_under_mma=ru) for bn, st, pp, ru in wide]
 
 
-def ws(run: Run, prov: dict) -> None:
-    """v8: the warp-specialized Gluon kernel (`fp8lab.kernels.attention_ws`), --ws.
+def ws(run: Run, prov: dict, dims: tuple[int, ...] = (64, 128, 256)) -> None:
+    """v8/v9: the warp-specialized Gluon kernel (`fp8lab.kernels.attention_ws`), --ws.
 
     Correctness first: every candidate against the emulation with the same block_n, and against
     the Triton kernel with the same block sizes, on a ragged GQA shape and a 2k shape; stride-0
@@ -628,15 +655,15 @@ def ws(run: Run, prov: dict) -> None:
 
     gen = torch.Generator(device="cuda").manual_seed(8)
     rows: list[dict] = []
-    for d in (64, 128, 256):
+    for d in dims:
         for causal in (False, True):
             for b, sq, sk, hq, hk in ((2, 203, 208, 8, 2), (1, 2048, 2048, 16, 16)):
                 q, k, v, qd, kd, vd = make_inputs(b, sq, sk, hq, hk, d, gen)
                 vt = A.pretranspose_v(v)
                 exact = attention_exact(q, k, v, q_descale=qd, k_descale=kd, v_descale=vd, causal=causal)
                 name = f"{b}x{sq}/{sk}x{hq}/{hk}x{d}{' causal' if causal else ''}"
-                for bn, st in WS_CANDIDATES[d]:
-                    cfg = W.WsConfig(block_n=bn, stages=st)
+                for cfg in ws_candidates(d, causal):
+                    bn = cfg.block_n
                     t0 = time.time()
                     try:
                         emu = attention_fa3_fp8(q, k, v, qd, kd, vd, block_n=bn, causal=causal)
@@ -661,17 +688,16 @@ def ws(run: Run, prov: dict) -> None:
                 run.save("ws", rows)
                 del q, k, v, vt, exact
 
-    for case in bench.bench_grid():
+    for case in (c for c in bench.bench_grid() if c.head_dim in dims):
         if run.left() < 10:
             print("budget exhausted; ws grid stops before", case.label(), flush=True)
             break
         b, s, h, d, causal = case.batch, case.seqlen, case.heads_q, case.head_dim, case.causal
         q, k, v, qd, kd, vd = make_inputs(b, s, s, h, h, d, gen)
         vt = A.pretranspose_v(v)
-        timed = [("ws", W.WsConfig(block_n=bn, stages=st).label(),
-                  (lambda cfg=W.WsConfig(block_n=bn, stages=st): W.fp8_attention_ws(
+        timed = [("ws", cfg.label(), (lambda cfg=cfg: W.fp8_attention_ws(
                       q, k, vt, q_descale=qd, k_descale=kd, v_descale=vd, causal=causal, config=cfg)))
-                 for bn, st in WS_CANDIDATES[d]]
+                 for cfg in ws_candidates(d, causal)]
         cfg0 = A.default_config(d, causal)
         timed.append(("default", cfg0.label(), lambda: A.fp8_attention(q, k, vt, qd, kd, vd, causal=causal, config=cfg0)))
         if "fa3" in prov:
@@ -696,13 +722,12 @@ def ws_summary(run: Run) -> None:
         if r.get("section") == "speed" and "tflops" in r:
             key = r["config"] if r["provider"] == "ws" else r["provider"]
             by_case.setdefault(r["case"], {})[key] = r["tflops"]
-    print(f"{'case':<24} {'best ws':>8} {'config':<18} {'triton':>7} {'FA3fp8':>7} {'ws/FA3':>6} {'vllm':>6}")
+    print("ratios to fa3-fwd FP8 in the same run (TFLOP/s of FA3 FP8 last)")
     for case, d in by_case.items():
-        wss = [(t, c) for c, t in d.items() if c.startswith("ws-")]
-        best = max(wss) if wss else (float("nan"), "")
         fa3 = d.get("fa3-fwd FP8", float("nan"))
-        print(f"{case:<24} {best[0]:8.0f} {best[1]:<18} {d.get('default', float('nan')):7.0f} {fa3:7.0f} "
-              f"{best[0] / fa3:6.2f} {d.get('vLLM FA3 FP8 varlen', float('nan')):6.0f}")
+        cols = "  ".join(f"{c}={t / fa3:.2f}" for c, t in d.items() if c.startswith("ws-"))
+        print(f"{case:<24} triton={d.get('default', float('nan')) / fa3:.2f}  {cols}  "
+              f"vllm={d.get('vLLM FA3 FP8 varlen', float('nan')) / fa3:.2f}  fa3={fa3:.0f}")
 
 
 def _loop_stats(sass: str) -> list[dict]:
@@ -831,7 +856,9 @@ def main() -> None:
     ap.add_argument("--v6", action="store_true",
                     help="the whole grid: default vs the v6 candidates vs fa3-fwd FP8 (~5 min)")
     ap.add_argument("--ws", action="store_true",
-                    help="v8: the warp-specialized Gluon kernel's candidates vs Triton, FA3 and vLLM (~7 min)")
+                    help="v9: the warp-specialized Gluon kernel's candidates vs Triton, FA3 and vLLM (~7 min)")
+    ap.add_argument("--quant", action="store_true", help="only the quantization section (~2 min)")
+    ap.add_argument("--dims", default="64,128,256", help="--ws: head dims to run (correctness and grid)")
     ap.add_argument("--derive-grid", metavar="RAW_JSON",
                     help="no GPU: write bench_v5_grid.json from a --v5 run's raw JSON (see derive_grid)")
     ap.add_argument("--inspect", action="store_true",
@@ -861,10 +888,12 @@ def main() -> None:
             print(f"{section}: {time.time() - t:.1f}s", flush=True)
             v5_summary(run, section)
             return
+    if args.quant:
+        skip |= {"correctness", "sweep", "grid"}
     if args.ws:
         t = time.time()
         try:
-            ws(run, prov)
+            ws(run, prov, tuple(int(d) for d in args.dims.split(",")))
         except Exception:  # noqa: BLE001
             traceback.print_exc()
         print(f"ws: {time.time() - t:.1f}s", flush=True)

@@ -8,6 +8,7 @@ Triton kernel, and across descale layouts.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -118,3 +119,22 @@ def test_gpu_descale_layouts_give_the_same_bits():
     assert torch.equal(outs[0], outs[1]) and torch.equal(outs[0], outs[2])
     with pytest.raises(ValueError, match="pre-transposed"):
         W.fp8_attention_ws(q, k, v)
+
+
+@pytest.mark.gpu
+@pytest.mark.hopper
+@needs_gluon
+@pytest.mark.parametrize("d", [64, 128, 256])
+def test_gpu_fa3_scheduling_details_keep_the_bits(d):
+    """Ping-pong ordering and the rescale under the next MMA move work in time, not in arithmetic."""
+    gen = torch.Generator().manual_seed(d + 11)
+    b, sq, sk, hq, hk = 2, 331, 336, 4, 2
+    q, k, v = fp8(gen, b, sq, hq, d, device="cuda"), fp8(gen, b, sk, hk, d, device="cuda"), fp8(gen, b, sk, hk, d, device="cuda")
+    qd, kd, vd = ((torch.rand(b, hk, generator=gen) * 0.4 + 0.05).cuda() for _ in range(3))
+    for causal in (False, True):
+        base = W.default_ws_config(d, causal)
+        outs = [W.fp8_attention_ws(q, k, pretranspose_v(v), q_descale=qd, k_descale=kd, v_descale=vd, causal=causal,
+                                   config=dataclasses.replace(base, pingpong=pp, rescale_under_mma=ru))
+                for pp in (False, True) for ru in (False, True)]
+        for out, lse in outs[1:]:
+            assert torch.equal(out, outs[0][0]) and torch.equal(lse, outs[0][1])

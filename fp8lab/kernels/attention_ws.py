@@ -75,13 +75,15 @@ class WsConfig:
 
     block_n: int = 128
     stages: int = 2
+    pingpong: bool = False  # FA3's ordering of the two consumers' MMAs (mbarriers standing in for its named barriers)
+    rescale_under_mma: bool = False  # FA3's place for O's rescale: under the next QK^T MMA
     consumers = 2
     block_m = 128
     consumer_regs = 240  # registers per consumer thread after the loader warp gave its own back
     maxnreg = 168  # registers per thread at launch: 3 warpgroups (the loader's counts as one) x 168 <= 64K
 
     def label(self) -> str:
-        return f"ws-n{self.block_n}s{self.stages}"
+        return f"ws-n{self.block_n}s{self.stages}" + "-pp" * self.pingpong + "-ru" * self.rescale_under_mma
 
 
 def default_ws_config(head_dim: int, causal: bool = False) -> WsConfig:
@@ -102,7 +104,7 @@ if HAVE_GLUON:
         """One warp: TMA copies of each consumer's Q rows, then K_j and V^T_j (one stage, one barrier) for
         j = last .. 0."""
         q_bufs, k_bufs, v_bufs = bufs
-        q_bar, ready, empty = bars
+        q_bar, ready, empty, _ = bars
         mbarrier.expect(q_bar, CONSUMERS * q_desc.block_type.nbytes)
         for c in gl.static_range(CONSUMERS):
             _tma_load(q_desc, [q_row + c * 64, q_col], q_bar, q_bufs.index(c))
@@ -136,12 +138,29 @@ if HAVE_GLUON:
         return p, alpha, l_i, m_new
 
     @gluon.jit
+    def _ws_turn(turn, wg, rnd, PINGPONG: gl.constexpr):
+        """FA3's ping-pong order (its warp-scheduler barriers): a consumer issues its MMAs of round
+        `rnd` only after the other consumer issued its own of the round before; consumer 0 goes first."""
+        if PINGPONG:
+            mbarrier.wait(turn.index(wg), (rnd & 1) ^ (1 - wg))  # a fresh mbarrier counts as phase 1 done
+
+    @gluon.jit
+    def _ws_pass(turn, wg, PINGPONG: gl.constexpr):
+        if PINGPONG:
+            mbarrier.arrive(turn.index(1 - wg), count=1)
+
+    @gluon.jit
     def _ws_consumer(bufs, bars, wg, n_blocks, n_masked, m0, seqlen_q, seqlen_k, diag, scale_log2, v_descale,
                      o_base, stride_os, l_base,
                      BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr,
-                     CAUSAL: gl.constexpr, MAX_OFFSET: gl.constexpr):
+                     CAUSAL: gl.constexpr, MAX_OFFSET: gl.constexpr, PINGPONG: gl.constexpr,
+                     RESCALE_UNDER_MMA: gl.constexpr):
         """One warpgroup, 64 query rows: S = Q K^T and O += e4m3(P) V^T as async wgmma, the
-        softmax in between, then the epilogue. Several run side by side on the same K/V ring."""
+        softmax in between, then the epilogue. Several run side by side on the same K/V ring.
+
+        Per key block: issue S_j, issue P_{j-1} V_{j-1}, wait for S_j only, softmax of block j, wait
+        for the PV product. RESCALE_UNDER_MMA (FA3's order): O's rescale by the last softmax's alpha
+        runs after S_j is issued, under that MMA, instead of before the loop turns; same bits."""
         ROWS: gl.constexpr = 64
         s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                            instr_shape=[16, BLOCK_N, 32])
@@ -149,7 +168,7 @@ if HAVE_GLUON:
                                                            instr_shape=[16, HEAD_DIM, 32])
         p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=4)
         q_bufs, k_bufs, v_bufs = bufs
-        q_bar, ready, empty = bars
+        q_bar, ready, empty, turn = bars
         q_smem = q_bufs.index(wg)
         r0 = m0 + wg * ROWS
 
@@ -162,18 +181,25 @@ if HAVE_GLUON:
         if n_blocks > 0:
             # Block 0 (the last key block): scores and softmax only; its PV runs in the next step.
             mbarrier.wait(ready.index(0), 0)
+            _ws_turn(turn, wg, 0, PINGPONG)
             s = warpgroup_mma(q_smem, k_bufs.index(0).permute((1, 0)), zero_s, use_acc=False, is_async=True)
+            _ws_pass(turn, wg, PINGPONG)
             s = warpgroup_mma_wait(0, deps=[s])
             if n_masked > 0:
                 s = _ws_mask(s, (n_blocks - 1) * BLOCK_N, offs_m, seqlen_k, diag, BLOCK_N, CAUSAL, s_layout)
             p, alpha, l_i, m_i = _ws_softmax(s, m_i, l_i, scale_log2, MAX_OFFSET)
-            p8 = gl.convert_layout(p.to(gl.float8e4nv), p_layout)
+            p_f8 = p.to(gl.float8e4nv)
             for it in range(1, n_blocks):
                 st = it % STAGES
                 prev = (it - 1) % STAGES
                 mbarrier.wait(ready.index(st), (it // STAGES) & 1)  # K_j and V_j
+                _ws_turn(turn, wg, it, PINGPONG)
                 s = warpgroup_mma(q_smem, k_bufs.index(st).permute((1, 0)), zero_s, use_acc=False, is_async=True)
+                if RESCALE_UNDER_MMA:
+                    acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
+                p8 = gl.convert_layout(p_f8, p_layout)
                 acc = warpgroup_mma(p8, v_bufs.index(prev).permute((1, 0)), acc, is_async=True)
+                _ws_pass(turn, wg, PINGPONG)
                 s = warpgroup_mma_wait(1, deps=[s])  # S_j done; the PV product of block j-1 may still run
                 if it < n_masked:
                     s = _ws_mask(s, (n_blocks - 1 - it) * BLOCK_N, offs_m, seqlen_k, diag, BLOCK_N, CAUSAL,
@@ -181,10 +207,16 @@ if HAVE_GLUON:
                 p, alpha, l_i, m_i = _ws_softmax(s, m_i, l_i, scale_log2, MAX_OFFSET)
                 acc = warpgroup_mma_wait(0, deps=[acc])
                 mbarrier.arrive(empty.index(prev), count=1)  # K_{j-1} and V_{j-1} are free
-                acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
-                p8 = gl.convert_layout(p.to(gl.float8e4nv), p_layout)
+                if not RESCALE_UNDER_MMA:
+                    acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
+                p_f8 = p.to(gl.float8e4nv)
             last = (n_blocks - 1) % STAGES
-            acc = warpgroup_mma(p8, v_bufs.index(last).permute((1, 0)), acc, is_async=True)
+            if RESCALE_UNDER_MMA:
+                acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
+            _ws_turn(turn, wg, n_blocks, PINGPONG)
+            acc = warpgroup_mma(gl.convert_layout(p_f8, p_layout), v_bufs.index(last).permute((1, 0)), acc,
+                                is_async=True)
+            _ws_pass(turn, wg, PINGPONG)
             acc = warpgroup_mma_wait(0, deps=[acc])
 
         # Epilogue (as the teaching kernel): normalise, v_descale, bf16 out, natural-log lse.
@@ -213,6 +245,7 @@ if HAVE_GLUON:
         softmax_scale_log2,
         GROUP: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
         CONSUMERS: gl.constexpr, CONSUMER_REGS: gl.constexpr, CAUSAL: gl.constexpr, MAX_OFFSET: gl.constexpr,
+        PINGPONG: gl.constexpr, RESCALE_UNDER_MMA: gl.constexpr,
     ):
         BLOCK_M: gl.constexpr = 64 * CONSUMERS
         # The teaching kernel's schedule: heads in L2-sized chunks, longest query blocks first.
@@ -250,7 +283,10 @@ if HAVE_GLUON:
         q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
         ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        turn = gl.allocate_shared_memory(gl.int64, [CONSUMERS, 1], mbarrier.MBarrierLayout())
         mbarrier.init(q_bar, count=1)
+        for i in gl.static_range(CONSUMERS):
+            mbarrier.init(turn.index(i), count=1)
         for i in gl.static_range(STAGES):
             mbarrier.init(ready.index(i), count=1)
             mbarrier.init(empty.index(i), count=CONSUMERS)  # every consumer releases every stage
@@ -260,15 +296,17 @@ if HAVE_GLUON:
         o_base = O + b64 * stride_ob + h.to(gl.int64) * stride_oh
         l_base = LSE + b64 * stride_lb + h.to(gl.int64) * stride_lh
         bufs = (q_bufs, k_bufs, v_bufs)
-        bars = (q_bar, ready, empty)
+        bars = (q_bar, ready, empty, turn)
         # Ping-pong: consumer 0 is the default partition (num_warps=4), consumer 1 a worker with
         # the same code on the next 64 rows; the loader warp (last, so the consumers fill whole
         # warpgroups) keeps 24 registers.
         gl.warp_specialize([
             (_ws_consumer, (bufs, bars, 0, n_blocks, n_masked, m0, seqlen_q, seqlen_k, diag, scale_log2,
-                            v_descale, o_base, stride_os, l_base, BLOCK_N, HEAD_DIM, STAGES, CAUSAL, MAX_OFFSET)),
+                            v_descale, o_base, stride_os, l_base, BLOCK_N, HEAD_DIM, STAGES, CAUSAL, MAX_OFFSET,
+                            PINGPONG, RESCALE_UNDER_MMA)),
             (_ws_consumer, (bufs, bars, 1, n_blocks, n_masked, m0, seqlen_q, seqlen_k, diag, scale_log2,
-                            v_descale, o_base, stride_os, l_base, BLOCK_N, HEAD_DIM, STAGES, CAUSAL, MAX_OFFSET)),
+                            v_descale, o_base, stride_os, l_base, BLOCK_N, HEAD_DIM, STAGES, CAUSAL, MAX_OFFSET,
+                            PINGPONG, RESCALE_UNDER_MMA)),
             (_ws_loader, (q_desc, k_desc, vt_desc, bufs, bars, b * seqlen_q + m0, h * HEAD_DIM, b * seqlen_k,
                           hk * HEAD_DIM, (b * heads_kv + hk) * HEAD_DIM, n_blocks, BLOCK_N, STAGES, CONSUMERS)),
         ], [4, 1], [CONSUMER_REGS, 24])
@@ -370,7 +408,8 @@ def fp8_attention_ws(
         h, hk, s_q, s_k, n_m_blocks, batch_heads, per_chunk,
         scale * LOG2E,
         GROUP=h // hk, HEAD_DIM=d, BLOCK_N=cfg.block_n, STAGES=cfg.stages, CONSUMERS=cfg.consumers,
-        CONSUMER_REGS=cfg.consumer_regs, CAUSAL=bool(causal), MAX_OFFSET=float(max_offset), num_warps=4,
+        CONSUMER_REGS=cfg.consumer_regs, CAUSAL=bool(causal), MAX_OFFSET=float(max_offset),
+        PINGPONG=cfg.pingpong, RESCALE_UNDER_MMA=cfg.rescale_under_mma, num_warps=4,
         maxnreg=cfg.maxnreg,
     )
     return out, lse
@@ -402,7 +441,8 @@ def compile_ws_sm90(head_dim: int = 128, causal: bool = False, config: WsConfig 
     types = dict(descs, O="*bf16", LSE="*fp32", Q_DESCALE="*fp32", K_DESCALE="*fp32", V_DESCALE="*fp32",
                  softmax_scale_log2="fp32")
     const = dict(GROUP=1, HEAD_DIM=head_dim, BLOCK_N=cfg.block_n, STAGES=cfg.stages, CONSUMERS=cfg.consumers,
-                 CONSUMER_REGS=cfg.consumer_regs, CAUSAL=causal, MAX_OFFSET=FA3_MAX_OFFSET)
+                 CONSUMER_REGS=cfg.consumer_regs, CAUSAL=causal, MAX_OFFSET=FA3_MAX_OFFSET, PINGPONG=cfg.pingpong,
+                 RESCALE_UNDER_MMA=cfg.rescale_under_mma)
     params = list(inspect.signature(_fp8_attention_ws_fwd.fn).parameters)
     sig = {p: "constexpr" if p in const else types.get(p, "i32") for p in params}
     return triton.compile(GluonASTSource(_fp8_attention_ws_fwd, sig, const), target=GPUTarget("cuda", 90, 128),
