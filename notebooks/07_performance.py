@@ -182,10 +182,10 @@ exp2
 
 # %%
 quant = bench.records_frame(rdir, "quant")
-quant = quant.reindex(columns=[*quant.columns, *({"size", "tile", "frac_copy_graph"} - set(quant.columns))])
+quant = quant.reindex(columns=[*quant.columns, *({"size", "tile", "tile_words", "frac_copy_graph"} - set(quant.columns))])
 quant["size"] = quant["size"].fillna("1x16384x32x128 (128 MiB)")  # v5 measured only this size
 quant["kernel"] = quant["kernel"].str.replace(" (2 passes)", " two-pass", regex=False)  # v5's names
-graph = quant[quant["frac_copy_graph"].notna() & quant["tile"].isna()
+graph = quant[quant["frac_copy_graph"].notna() & quant["tile"].isna() & quant["tile_words"].isna()
               & ~quant["kernel"].str.contains("tile=|copy", regex=True, na=True)]
 plots.plot_quant_bandwidth(graph[graph["size"].str.contains("128 MiB")])
 plt.show()
@@ -205,6 +205,11 @@ graph[graph["version"] == "v7"].pivot_table(index="kernel", columns="size", valu
 #   still loaded into registers twice, and the kernel becomes bound by its instructions
 #   and latency (60 % SM throughput at 40 % DRAM throughput, `results/h200/run4/`).
 #   Per tensor, every cast must scan every tile's amax: slower than two passes.
+# - `"resident"` (v9, measured and removed; code at commit b1c3a16): one program per tile
+#   loads it once, publishes its amax and *waits, tile in registers,* until its slice's
+#   amax is complete, then casts. Bitwise right on the H200, but 21-30 % of copy. Not
+#   profiled; the likely reason: a slice's programs can only leave together, so the GPU
+#   advances in slice-sized waves while waiting programs hold their slots and load nothing.
 #
 # The knobs of the fused kernel (tile size, warps, how far the casts trail) were swept:
 

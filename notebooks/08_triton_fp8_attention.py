@@ -263,7 +263,7 @@ rec.pivot_table(index="setting", columns="version", values="tflops", sort=False)
 # compiler does not build by itself (section (h) builds it by hand).
 
 # %% [markdown]
-# ## (h) FA3's structure, written out: the Gluon kernel (v8)
+# ## (h) FA3's structure, written out: the Gluon kernel (v8, v9)
 #
 # FA3's remaining edge is structural, so the next step was to build that structure, which
 # Triton's compiler will not build for us: `fp8lab.kernels.attention_ws` writes it in Gluon
@@ -275,11 +275,11 @@ rec.pivot_table(index="setting", columns="version", values="tflops", sort=False)
 # this notebook's, step for step. Gluon does not run in the interpreter:
 # `fp8lab.kernels.compile_ws_sm90()` compiles it for sm_90 on a laptop (in a process without
 # `TRITON_INTERPRET`), and its `.asm["ptx"]` shows the `setmaxnreg` register hand-over and the
-# `wgmma.wait_group 1` of the overlap. The three designs measured on the H200:
+# `wgmma.wait_group 1` of the overlap. The designs measured on the H200 (the plot: v9, the last):
 
 # %%
 ws = explain.ws_record(rdir)
-plots.plot_ws(ws[ws["version"] == "v8"])
+plots.plot_ws(ws[ws["version"] == "v9"])
 plt.show()
 ws.pivot_table(index="case", columns=["version", "kernel"], values="ratio", sort=False).round(2)
 
@@ -291,8 +291,13 @@ ws.pivot_table(index="case", columns=["version", "kernel"], values="ratio", sort
 #   itself. At head dim 256 it edges out the Triton kernel; at 64 and 128 it does not: a CTA
 #   now fills the register file (one per SM), and the per-block barrier, P shuffle and softmax
 #   on 64 rows are not hidden behind MMAs that short.
-# - FA3 goes further: it orders the two warpgroups' MMAs with named barriers and runs a
-#   persistent scheduler. Structure alone was not enough; its scheduling details carry the rest.
+# - **v9** tried FA3's remaining details. Ordering the two warpgroups' MMAs (FA3's named
+#   barriers, here a pair of mbarriers: `WsConfig(pingpong=True)`) and rescaling O under the
+#   next QK^T (`rescale_under_mma=True`) change no bits and gained nothing consistent (-9 to
+#   +5 % per case). FA3's wider key block did: 128 keys at head dim 256 (two stages fill 164 KB of
+#   shared memory) run 0.79-0.88x FA3 FP8, 4-10 % ahead of the Triton kernel in all six cases.
+#   At 64 and 128 the Triton kernel, two or three programs per SM overlapping each other,
+#   stays ahead: structure alone was not enough.
 
 # %% [markdown]
 # ## Summary

@@ -22,7 +22,7 @@ step() {  # step NAME SECONDS CMD...: run, log, report
 
 # 1. The package's own GPU tests: formats on CUDA, reference on CUDA, the Triton kernel.
 # (the GPU host has no papermill/nbformat: the notebooks run as scripts in step 3 instead)
-step gpu_unit 130 python3 -m pytest -q -m "gpu or hopper" tests --ignore=tests/test_gpu_backends.py \
+step gpu_unit 240 python3 -m pytest -q -m "gpu or hopper" tests --ignore=tests/test_gpu_backends.py \
   --ignore=tests/test_notebooks.py \
   -p no:cacheprovider --junitxml="$OUT/gpu_unit.xml"
 # 2. The production-kernel grid, FP8 part (descales, q_scale fallback, lse bound).

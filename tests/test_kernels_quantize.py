@@ -35,13 +35,11 @@ def inputs(gen: torch.Generator, *shape: int, dtype=torch.bfloat16) -> torch.Ten
     return x.to(dtype).to(DEV)
 
 
-@pytest.fixture(params=["fused", "two-pass", "fused-lag-1", "fused-reversed", "resident"])
+@pytest.fixture(params=["fused", "two-pass", "fused-lag-1", "fused-reversed"])
 def schedule(request, monkeypatch) -> str:
     """The per-head/per-tensor schedules. "fused-lag-1": the fused kernel casts each slice one
     slice after its amax, so amax and cast items interleave. "fused-reversed": its items run last
-    to first, so every cast finds its amax items not run and takes the fallback. "resident": the
-    interpreter runs programs one by one, so every tile of a slice but the last takes the fallback
-    and the last reads the table."""
+    to first, so every cast finds its amax items not run and takes the fallback."""
     if request.param == "fused-lag-1":
         monkeypatch.setattr(Q, "FUSED_LAG_BYTES", 1)
     if request.param == "fused-reversed":
@@ -119,7 +117,6 @@ def test_static_matches_vllm_formula_and_saturates():
         (lambda x: quantize_fp8(x.int(), "head"), TypeError, "bfloat16"),
         (lambda x: quantize_fp8(x, "block"), ValueError, "granularity"),
         (lambda x: quantize_fp8(x, "head", schedule="one-pass"), ValueError, "schedule"),
-        (lambda x: quantize_fp8(x[..., :31], "head", schedule="resident"), ValueError, "pairs"),
         (lambda x: quantize_fp8(x, "head", heads_kv=3), ValueError, "heads_kv"),
         (lambda x: quantize_fp8(x[0], "head"), ValueError, "cu_seqlens"),
         (lambda x: quantize_fp8(x.transpose(-1, -2), "head"), ValueError, "contiguous"),
@@ -175,34 +172,3 @@ def test_fused_waits_hold_on_gpu(granularity, lag_bytes, reversed_, monkeypatch)
             y, d = quantize_fp8(xx, granularity, schedule="fused", **args)
             assert torch.equal(d, d2) and torch.equal(bits(y), bits(y2))
 
-
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
-def test_resident_odd_head_dim_auto_falls_back(dtype):
-    """Odd head_dim: bf16 cannot be read in pairs, so "auto" takes two passes; fp32 stays resident."""
-    x = inputs(torch.Generator().manual_seed(8), 2, 9, 2, 31, dtype=dtype)
-    y, d = quantize_fp8(x, "head", schedule="auto")
-    y2, d2 = quantize_fp8(x, "head", schedule="two-pass")
-    assert torch.equal(d, d2) and torch.equal(bits(y), bits(y2))
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
-def test_resident_waits_hold_on_gpu(dtype):
-    """Thousands of programs wait, tile in registers, for their slice: every one must cast with the
-    slice's final amax on every call (a race would give a stale descale, sometimes); per tensor on a
-    size that fits, and a clear error on one that does not."""
-    gen = torch.Generator().manual_seed(9)
-    x = inputs(gen, 3, 1000, 8, 128, dtype=dtype)
-    cu = torch.tensor([0, 700, 1900, 3000], dtype=torch.int32, device=DEV)
-    cases = [(x, "head", dict(heads_kv=4)), (x.reshape(3000, 8, 128), "head", dict(cu_seqlens=cu)),
-             (x[:1, :500], "tensor", {})]
-    for xx, gran, args in cases:
-        y2, d2 = quantize_fp8(xx, gran, schedule="two-pass", **args)
-        for _ in range(20):
-            y, d = quantize_fp8(xx, gran, schedule="resident", **args)
-            assert torch.equal(d, d2) and torch.equal(bits(y), bits(y2))
-    big = torch.zeros(1, 1 << 17, 8, 128, dtype=dtype, device=DEV)  # one tensor of 2**27 values
-    with pytest.raises(ValueError, match="resident at once"):
-        quantize_fp8(big, "tensor", schedule="resident")
-    y, d = quantize_fp8(big, "tensor", schedule="auto")  # two passes
-    assert torch.equal(d.cpu(), torch.ones(1, 8))

@@ -87,6 +87,20 @@ def test_check_descale_device():
         check_descale("v_descale", torch.rand(1, 1) + 0.1, 1, 1, torch.device("meta"))
 
 
+def test_check_descale_without_values_still_checks_the_layout():
+    """check_values=False (what the kernels do for GPU descales: no device sync) skips only the values."""
+    nan = torch.full((2, 3), float("nan"))
+    check_descale("q_descale", nan, 2, 3, check_values=False)
+    with pytest.raises(ValueError, match="finite"):
+        check_descale("q_descale", nan, 2, 3)
+    with pytest.raises(TypeError, match="float32"):
+        check_descale("q_descale", nan.double(), 2, 3, check_values=False)
+    with pytest.raises(ValueError, match=r"\(2, 3\)"):
+        check_descale("q_descale", nan[:1], 2, 3, check_values=False)
+    with pytest.raises(ValueError, match="on meta"):
+        check_descale("q_descale", nan, 2, 3, torch.device("meta"), check_values=False)
+
+
 @pytest.mark.parametrize(
     "cu_q, message",
     [

@@ -714,12 +714,7 @@ def _check_inputs(q, k, v, descales, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, m
     )
     if on_gpu:
         for name, d in zip(("q_descale", "k_descale", "v_descale"), descales):
-            if d is None:
-                continue
-            if isinstance(d, torch.Tensor) and d.device != q.device:
-                raise ValueError(f"{name}: expected it on {q.device} like q, got {d.device}")
-            host = torch.ones((), dtype=d.dtype).expand(d.shape) if isinstance(d, torch.Tensor) else d
-            check_descale(name, host, shape.batch, shape.heads_kv)  # dtype and shape, on a host stand-in
+            check_descale(name, d, shape.batch, shape.heads_kv, device=q.device, check_values=False)
     return shape
 
 

@@ -12,8 +12,9 @@ structure FlashAttention-3 uses and Triton's compiler does not build by itself:
   24 registers per thread and gives the rest to the consumers (setmaxnreg).
 - **Ping-pong consumers.** Two consumer warpgroups, each a partition of its own with
   64 query rows, run the same code on the same K/V stages; while one computes its
-  softmax the other's MMAs keep the tensor cores busy (FA3 orders them with named
-  barriers; here the warp schedulers interleave them).
+  softmax the other's MMAs keep the tensor cores busy. By default the warp schedulers
+  interleave them; ``WsConfig(pingpong=True)`` orders their MMAs as FA3's named
+  barriers do, with a pair of mbarriers (Gluon exposes no named barriers).
 - **Asynchronous wgmma and FA3's intra-warpgroup overlap.** In each iteration a
   consumer issues S_j = Q K_j^T, then O += P_{j-1} V_{j-1}, and waits only for S_j:
   the softmax of block j runs on the CUDA cores while the tensor cores finish the
@@ -22,10 +23,13 @@ structure FlashAttention-3 uses and Triton's compiler does not build by itself:
   (FA3's ``MmaPV_is_RS``); V^T's tile is K-major in shared memory as FP8 wgmma
   requires, so V must be pre-transposed (`fp8lab.kernels.pretranspose_v`).
 
-Measured on an H200 (docs/kernel-notes.md, v8; `results/h200/bench_v8_ws.*`): 0.74-0.82x
-FA3 FP8 at head dim 256, where it is 0.4-3 % faster than the Triton kernel; 0.73-0.80x at
-128 and 0.59-0.64x at 64, where the Triton kernel is faster. So `fp8_attention` stays the
-default and this kernel is the lesson in what FA3's structure is made of.
+Measured on an H200 (docs/kernel-notes.md, v8 and v9; `results/h200/bench_v9_ws.*`): at head
+dim 256, with FA3's 128-key blocks, 0.79-0.88x FA3 FP8 and 4-10 % faster than the Triton
+kernel; 0.74-0.79x at 128 and 0.62-0.64x at 64, where the Triton kernel is faster. FA3's
+ping-pong ordering and its rescale under the next MMA (`WsConfig` switches) gave nothing
+consistent here (-9 to +5 % per case). `fp8_attention` (Triton) stays the general entry
+point; this kernel is the faster one at head dim 256 on Hopper, and the lesson in what
+FA3's structure is made of.
 
 Scope: batched (not varlen) inputs on an sm_90 GPU, head_dim 64, 128 or 256, V
 pre-transposed, Q/K/out with head_dim contiguous and rows of (heads x head_dim).
@@ -70,8 +74,10 @@ FA3_MAX_OFFSET = 8.0
 @dataclass(frozen=True)
 class WsConfig:
     """Tiles of the warp-specialized kernel: two consumer warpgroups of 64 query rows each
-    (128 rows per CTA), `block_n` keys per stage, `stages` K/V buffers in the ring.
-    (Three consumers, FA3's 192-row tile at head_dim 64, get 160 registers each and spill.)"""
+    (128 rows per CTA), `block_n` keys per stage, `stages` K/V buffers in the ring, and two of
+    FA3's scheduling details (same bits with or without them).
+    (A three-consumer build, FA3's 192-row tile at head_dim 64, spilled at 160 registers per
+    consumer in v8's offline compiles and was removed.)"""
 
     block_n: int = 128
     stages: int = 2
@@ -87,13 +93,14 @@ class WsConfig:
 
 
 def default_ws_config(head_dim: int, causal: bool = False) -> WsConfig:
-    """The widest key block that compiles for sm_90 without spills (offline compiles: 256 keys
-    at head_dim 64 and 128 keys at 256 spill), and the stage count that measured best (v8)."""
+    """The key block and stage count that measured best on the H200 (v8, v9): 128 keys at head_dim
+    64 and 128; at 256, FA3's 128 keys in two stages (164 KB of shared memory) beat 64 keys in four
+    in all six grid cases. 256 keys at head_dim 64 compile without spills too but were no faster."""
     if head_dim <= 64:
         return WsConfig(block_n=128, stages=4 if causal else 3)
     if head_dim <= 128:
         return WsConfig(block_n=128, stages=3)
-    return WsConfig(block_n=64, stages=4)
+    return WsConfig(block_n=128, stages=2)
 
 
 if HAVE_GLUON:
@@ -378,9 +385,7 @@ def fp8_attention_ws(
     for name, t in (("q_descale", q_descale), ("k_descale", k_descale), ("v_descale", v_descale)):
         if t is None:
             t = torch.ones((1, 1), dtype=torch.float32, device=q.device).expand(b, hk)
-        check_descale(name, torch.ones((), dtype=t.dtype).expand(t.shape), b, hk)  # dtype/shape; no device sync
-        if t.device != q.device:
-            raise ValueError(f"{name}: expected it on {q.device} like q, got {t.device}")
+        check_descale(name, t, b, hk, device=q.device, check_values=False)  # no device sync
         descales.append(t)
     cfg = config or default_ws_config(d, causal)
     q_rows, q_stride = _row_view(q, "q")

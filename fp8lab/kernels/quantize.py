@@ -50,7 +50,7 @@ __all__ = ["E4M3_MAX", "quantize_fp8", "quantize_fp8_static"]
 
 E4M3_MAX = 448.0  # largest finite e4m3fn value: 1.75 * 2^8
 Granularity = Literal["tensor", "head", "token"]
-Schedule = Literal["auto", "resident", "fused", "two-pass"]
+Schedule = Literal["fused", "two-pass"]
 
 
 @triton.jit
@@ -270,103 +270,6 @@ def _fused_kernel(X, Y, DESCALE, TABLE, CU, slices, lag, nblocks, n_kv, seqlen, 
         tl.store(TABLE + s * nblocks + i, (1 << 32) | a.to(tl.int32, bitcast=True).to(tl.int64))
 
 
-@triton.jit
-def _magnitude(u, SRC: tl.constexpr):
-    """|x| as integer bits, which order as the magnitudes do; NaN counts as 0 (a max then skips it, as
-    maxnum does). u: int32 holding two bf16 (SRC 0) or fp16 (SRC 1) values, low half first, or one fp32 (2)."""
-    if SRC == 2:
-        m = u & 0x7FFFFFFF
-        return tl.where(m > 0x7F800000, 0, m)
-    inf: tl.constexpr = 0x7F80 if SRC == 0 else 0x7C00
-    lo = u & 0x7FFF
-    hi = (u >> 16) & 0x7FFF
-    return tl.maximum(tl.where(lo > inf, 0, lo), tl.where(hi > inf, 0, hi))
-
-
-@triton.jit
-def _as_f32(u, SRC: tl.constexpr):
-    """float32 of the low 16-bit value of u (SRC 0 bf16, 1 fp16), or of u's fp32 bits (SRC 2)."""
-    if SRC == 0:
-        return (u << 16).to(tl.float32, bitcast=True)
-    if SRC == 1:
-        return u.to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32)
-    return u.to(tl.float32, bitcast=True)
-
-
-@triton.jit
-def _resident_kernel(X, Y, DESCALE, TABLE, COUNT, CU, slices, nblocks, n_kv, seqlen, spins,
-                     stride_b, stride_s, stride_h, stride_yb, stride_ys, stride_yh, stride_db, stride_dh,
-                     BLOCK_T: tl.constexpr, G_PAD: tl.constexpr, G: tl.constexpr, D_PAD: tl.constexpr,
-                     D: tl.constexpr, VARLEN: tl.constexpr, PER_TENSOR: tl.constexpr, ROUND_IN_FP32: tl.constexpr,
-                     CHUNK: tl.constexpr, SRC: tl.constexpr, PACKED: tl.constexpr):
-    """Per-head / per-tensor quantization that reads each value once, into registers, and keeps it there.
-
-    Program t holds tile i = t % nblocks of slice s = t // nblocks: it loads the tile, writes its
-    amax to TABLE (one int64, 1 << 32 | amax bits: flag and value in one word), counts itself in
-    COUNT[slice] (release: the entry is visible first), then waits, tile in registers, until every
-    tile of its slice (per tensor: of all slices) has counted, reads their amaxes and casts. The host
-    launches it only when every tile of a slice can be resident at once; programs start in about id
-    order, so a slice's tiles are all running or done when its last one arrives. CUDA does not
-    promise that order: after `spins` polls a program computes the amax from x itself (same bits),
-    so none waits forever on a program that may not have started.
-
-    PACKED: X is an int32 view of bf16/fp16 x (SRC 0/1; D counts pairs), so the waiting tile takes
-    one register per two values; else X is an int32 view of fp32 x (SRC 2). Y is the float8 output.
-    (Packing the output into int16 pairs instead gave wrong bytes on the H200 with triton 3.6.)"""
-    t = tl.program_id(0)
-    s = t // nblocks
-    i = t - s * nblocks
-    offs, mask, b, kvh = _slice_tile(s, i, n_kv, CU, seqlen, stride_b, stride_s, stride_h,
-                                     BLOCK_T, G_PAD, G, D_PAD, D, VARLEN)
-    u = tl.load(X + offs, mask=mask, other=0)
-    a = _as_f32(tl.max(tl.max(tl.max(_magnitude(u, SRC), 2), 1), 0), SRC if SRC == 2 else 0 * SRC + SRC)
-    tl.store(TABLE + t, (1 << 32) | a.to(tl.int32, bitcast=True).to(tl.int64))
-    s0, s1 = (0, slices) if PER_TENSOR else (s, s + 1)
-    n = (s1 - s0) * nblocks
-    tl.atomic_add(COUNT + s0, 1, sem="release")
-    done = tl.full((), 0, tl.int1)
-    amax = tl.full((), 0.0, tl.float32)
-    k = 0
-    while (done == 0) & (k < spins):
-        if tl.load(COUNT + s0, volatile=True) >= n:  # one word per poll; then the entries once
-            done, amax = _table_amax(TABLE, s0 * nblocks, n, CHUNK)
-        k += 1
-    if done == 0:
-        amax = _resident_amax(X, CU, s0, s1, nblocks, n_kv, seqlen, stride_b, stride_s, stride_h,
-                              BLOCK_T, G_PAD, G, D_PAD, D, VARLEN, SRC)
-        u = tl.load(X + offs, mask=mask, other=0)  # again: u need not be live in the loop above
-    d = tl.where(amax > 0, tl.math.div_rn(amax, 448.0), 1.0)
-    r = tl.math.div_rn(1.0, d)
-    if PACKED:  # the pairs back side by side: (BLOCK_T, G_PAD, 2 * D_PAD) values
-        x = tl.reshape(tl.join(_as_f32(u, SRC), _as_f32(u >> 16, SRC)), (BLOCK_T, G_PAD, 2 * D_PAD))
-    else:
-        x = _as_f32(u, SRC)
-    y_offs, y_mask, _, _ = _slice_tile(s, i, n_kv, CU, seqlen, stride_yb, stride_ys, stride_yh,
-                                       BLOCK_T, G_PAD, G, D_PAD * (1 + PACKED), D * (1 + PACKED), VARLEN)
-    tl.store(Y + y_offs, _to_e4m3(_divide(x, d, r, ROUND_IN_FP32), ROUND_IN_FP32), mask=y_mask)
-    if PER_TENSOR:
-        if t == 0:
-            tl.store(DESCALE, d)
-    else:
-        if i == 0:
-            tl.store(DESCALE + b * stride_db + kvh * stride_dh, d)
-
-
-@triton.jit
-def _resident_amax(X, CU, s0, s1, nblocks, n_kv, seqlen, stride_b, stride_s, stride_h, BLOCK_T: tl.constexpr,
-                   G_PAD: tl.constexpr, G: tl.constexpr, D_PAD: tl.constexpr, D: tl.constexpr,
-                   VARLEN: tl.constexpr, SRC: tl.constexpr):
-    """amax of slices s0 .. s1-1 read from x: the fallback of a program whose slice did not complete."""
-    m = tl.zeros((), tl.int32)
-    for s in range(s0, s1):
-        for i in tl.range(0, nblocks, num_stages=1):  # not pipelined: its registers would count against every program
-            offs, mask, _, _ = _slice_tile(s, i, n_kv, CU, seqlen, stride_b, stride_s, stride_h,
-                                           BLOCK_T, G_PAD, G, D_PAD, D, VARLEN)
-            u = tl.load(X + offs, mask=mask, other=0)
-            m = tl.maximum(m, tl.max(tl.max(tl.max(_magnitude(u, SRC), 2), 1), 0))
-    return _as_f32(m, SRC)
-
-
 def _layout(x: torch.Tensor, cu_seqlens: torch.Tensor | None):
     """(batch, seqlen, heads, d) strides for batched or varlen x, and the launch sizes."""
     if x.dtype not in (torch.bfloat16, torch.float16, torch.float32):
@@ -435,96 +338,24 @@ def _fused_lag_bytes(device: torch.device) -> int:
     return max(1 << 20, getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 50 << 20) // 4)
 
 
-def _slices(x, batch, seqlen, heads, d, hk, elements):
-    """Tile sizes of the one-launch schedules: (constexprs, tokens per tile, tiles per slice, slices)."""
-    group = heads // hk
-    block_t = min(_block_t(group, d, elements), triton.next_power_of_2(max(seqlen, 1)))
-    sizes = dict(BLOCK_T=block_t, G_PAD=triton.next_power_of_2(group), G=group,
-                 D_PAD=triton.next_power_of_2(max(d, 1)), D=d)
-    return sizes, block_t, triton.cdiv(max(seqlen, 1), block_t), batch * hk
-
-
-def _descale_out(x, batch, hk, per_tensor):
-    return (torch.ones if not x.numel() else torch.empty)(
-        (1, 1) if per_tensor else (batch, hk), dtype=torch.float32, device=x.device)
-
-
 def _quantize_fused(x, y, y_strides, cu, batch, seqlen, heads, d, hk, strides, varlen, per_tensor, round_p):
     """Launch `_fused_kernel`; returns (y, descale) like `quantize_fp8`."""
-    sizes, block_t, nblocks, slices = _slices(x, batch, seqlen, heads, d, hk, FUSED_TILE_ELEMENTS)
-    slice_bytes = max(seqlen, 1) * (heads // hk) * d * x.element_size()
+    group = heads // hk
+    g_pad, d_pad = triton.next_power_of_2(group), triton.next_power_of_2(max(d, 1))
+    block_t = min(_block_t(group, d, FUSED_TILE_ELEMENTS), triton.next_power_of_2(max(seqlen, 1)))
+    nblocks = triton.cdiv(max(seqlen, 1), block_t)
+    slices = batch * hk
+    slice_bytes = max(seqlen, 1) * group * d * x.element_size()
     lag = slices if per_tensor else min(slices, max(1, _fused_lag_bytes(x.device) // slice_bytes))
     table = torch.zeros(slices * nblocks, dtype=torch.int64, device=x.device)  # (amax | set flag) per tile
-    descale = _descale_out(x, batch, hk, per_tensor)
+    descale = (torch.ones if not x.numel() else torch.empty)(
+        (1, 1) if per_tensor else (batch, hk), dtype=torch.float32, device=x.device)
     if x.numel():
         _fused_kernel[(2 * slices * nblocks,)](
             x, y, descale, table, cu, slices, lag, nblocks, hk, seqlen, 0 if _FUSED_REVERSED else FUSED_SPINS,
-            *strides, *y_strides, *descale.stride(), **sizes,
+            *strides, *y_strides, *descale.stride(), BLOCK_T=block_t, G_PAD=g_pad, G=group, D_PAD=d_pad, D=d,
             VARLEN=varlen, PER_TENSOR=per_tensor, ROUND_IN_FP32=round_p, CHUNK=256, REVERSED=_FUSED_REVERSED,
             num_warps=FUSED_WARPS)
-    return y, descale.expand(batch, hk) if per_tensor else descale
-
-
-# The resident kernel (per head / per tensor): 4-byte words per tile (4096 bf16/fp16 values, 2048
-# fp32), warps, the register cap that bounds how many programs fit on an SM (offline sm_90 compiles:
-# no spills at 64 but for fp16 with GQA), and polls before a program computes its amax itself.
-RESIDENT_TILE_WORDS = 2048
-RESIDENT_WARPS = 4
-RESIDENT_MAXNREG = 64
-RESIDENT_SPINS = 2000
-
-
-def resident_capacity(device: torch.device | str | None = None) -> int:
-    """Programs of the resident schedule that run at once on a CUDA device: its register cap
-    (RESIDENT_MAXNREG per thread) and warps per SM bound the programs per SM."""
-    props = torch.cuda.get_device_properties(device)
-    regs = getattr(props, "regs_per_multiprocessor", 65536)
-    warps = getattr(props, "max_threads_per_multi_processor", 2048) // 32
-    per_sm = min(regs // (RESIDENT_MAXNREG * 32 * RESIDENT_WARPS), warps // RESIDENT_WARPS, 32)
-    return props.multi_processor_count * per_sm
-
-
-def _words(x: torch.Tensor):
-    """x as int32 words for the resident kernel: (view, values per word, SRC code), or None when a
-    16-bit x cannot be read in pairs (odd head_dim or strides)."""
-    src = {torch.bfloat16: 0, torch.float16: 1, torch.float32: 2}[x.dtype]
-    try:
-        return x.view(torch.int32), (2 if src < 2 else 1), src
-    except RuntimeError:
-        return None
-
-
-def _resident_plan(x, batch, seqlen, heads, d, hk, per_tensor) -> tuple[int, int, str]:
-    """(tiles that must be resident at once, how many may be, why not): a slice's tiles (per tensor:
-    all), and half the device's capacity, so that the next slices load while one waits."""
-    words = _words(x)
-    if words is None:
-        return 1, 0, f"{x.dtype} x is read in pairs of values: head_dim and strides must be even"
-    _, _, nblocks, slices = _slices(x, batch, seqlen, heads, d // words[1], hk, RESIDENT_TILE_WORDS)
-    need = nblocks * (slices if per_tensor else 1)
-    if x.device.type != "cuda":  # the interpreter runs programs one by one: every wait falls back
-        return need, need, ""
-    fits = resident_capacity(x.device) // 2
-    return need, fits, (f"the {need} tiles of one {'tensor' if per_tensor else 'slice'} ({4 * RESIDENT_TILE_WORDS} "
-                        f"bytes each) must be resident at once, this GPU holds {fits} (half its capacity)")
-
-
-def _quantize_resident(x, y, cu, batch, seqlen, heads, d, hk, varlen, per_tensor, round_p):
-    """Launch `_resident_kernel`; returns (y, descale) like `quantize_fp8`."""
-    xw, per_word, src = _words(x)
-    strides = (0,) + xw.stride()[:2] if varlen else xw.stride()[:3]
-    y_strides = (0,) + y.stride()[:2] if varlen else y.stride()[:3]
-    sizes, block_t, nblocks, slices = _slices(x, batch, seqlen, heads, d // per_word, hk, RESIDENT_TILE_WORDS)
-    sync = torch.zeros(slices * nblocks + slices, dtype=torch.int64, device=x.device)
-    table, count = sync[: slices * nblocks], sync[slices * nblocks:]  # (amax | set flag) per tile; tiles per slice
-    descale = _descale_out(x, batch, hk, per_tensor)
-    if x.numel():
-        extra = {} if triton_interpret() else dict(maxnreg=RESIDENT_MAXNREG)
-        _resident_kernel[(slices * nblocks,)](
-            xw, y, descale, table, count, cu, slices, nblocks, hk, seqlen, 2 if triton_interpret() else RESIDENT_SPINS,
-            *strides, *y_strides, *descale.stride(), **sizes,
-            VARLEN=varlen, PER_TENSOR=per_tensor, ROUND_IN_FP32=round_p, CHUNK=256, SRC=src, PACKED=per_word == 2,
-            num_warps=RESIDENT_WARPS, **extra)
     return y, descale.expand(batch, hk) if per_tensor else descale
 
 
@@ -545,21 +376,17 @@ def quantize_fp8(
                `heads_kv` < heads (Q under GQA) the query heads of a group share one.
       "tensor" one amax; descale (batch, heads_kv) as a stride-0 expand of it.
       "token"  one descale per (token, head) row: shape x.shape[:-1] (not an FA3 layout).
-    schedule ("head" and "tensor"; all give the same bits):
+    schedule ("head" and "tensor"; both give the same bits):
       "two-pass" an amax kernel, then a cast kernel: HBM is read twice once x outgrows L2.
       "fused"    one launch: each tile's cast trails its amax by about a quarter of the L2,
                  so HBM is read about once (per tensor: only when x fits in L2). Faster per
                  head at 128 MiB on an H200, slower at 32 MiB and per tensor (module doc).
-      "resident" one launch, one read: each program keeps its tile in registers until its
-                 slice's amax is complete. Needs every tile of a slice (per tensor: of x)
-                 resident at once; a ValueError says so when the GPU cannot hold them.
-      "auto"     "resident" where it fits, else "two-pass".
     Returns (x_fp8 float8_e4m3fn in x's shape, descale float32), x ~= x_fp8 * descale.
     """
     if granularity not in ("tensor", "head", "token"):
         raise ValueError(f"granularity: expected 'tensor', 'head' or 'token', got {granularity!r}")
-    if schedule not in ("auto", "resident", "fused", "two-pass"):
-        raise ValueError(f"schedule: expected 'auto', 'resident', 'fused' or 'two-pass', got {schedule!r}")
+    if schedule not in ("fused", "two-pass"):
+        raise ValueError(f"schedule: expected 'fused' or 'two-pass', got {schedule!r}")
     batch, seqlen, heads, d, strides = _layout(x, cu_seqlens)
     hk = _heads_kv(heads, heads_kv)
     round_p = triton_interpret() if round_in_fp32 is None else bool(round_in_fp32)
@@ -577,12 +404,6 @@ def quantize_fp8(
                                     **sizes, VARLEN=varlen, ROUND_IN_FP32=round_p)
         return y, descale
     per_tensor = granularity == "tensor"
-    if schedule in ("auto", "resident"):
-        need, fits, why = _resident_plan(x, batch, seqlen, heads, d, hk, per_tensor)
-        if need <= fits:
-            return _quantize_resident(x, y, cu, batch, seqlen, heads, d, hk, varlen, per_tensor, round_p)
-        if schedule == "resident":
-            raise ValueError(f"schedule='resident': {why}; use 'auto', 'fused' or 'two-pass'")
     if schedule == "fused":
         return _quantize_fused(x, y, y_strides, cu, batch, seqlen, heads, d, hk, strides, varlen, per_tensor, round_p)
     amax = torch.zeros((1, 1) if per_tensor else (batch, hk), dtype=torch.float32, device=x.device)
