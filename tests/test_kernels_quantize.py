@@ -97,6 +97,28 @@ def test_varlen_per_head_per_sequence(schedule):
     assert dt.shape == (60, 2) and torch.equal(dt.cpu(), ieee_div(xf.abs().amax(-1), torch.tensor(448.0)))
 
 
+@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")  # the interpreter's inf / inf
+@pytest.mark.parametrize("granularity,schedule", [("head", "two-pass"), ("head", "fused"), ("tensor", "two-pass"),
+                                                  ("tensor", "fused"), ("token", "two-pass")])
+def test_non_finite_inputs_stay_visible(granularity, schedule):
+    """A NaN stays NaN (it used to saturate to -448, silently) and stays out of the amax (maxnum);
+    an inf makes its slice's descale inf, so the slice's other values become 0 and the inf itself
+    NaN: the bits of the float64 reference path, with e4m3fn's one NaN (0x7F) as the GPU gives it."""
+    gen = torch.Generator().manual_seed(10)
+    x = inputs(gen, 2, 24, 4, 32)
+    x[0, 3, 1, 5], x[1, 7, 2, 9] = float("nan"), float("inf")
+    y, d = quantize_fp8(x, granularity, schedule=schedule)
+    xf = x.float().cpu()
+    mag = xf.nan_to_num(nan=0.0, posinf=float("inf"), neginf=float("inf")).abs()
+    amax = {"head": mag.amax(dim=(1, 3)), "tensor": mag.amax().expand(2, 4), "token": mag.amax(-1)}[granularity]
+    dref = torch.where(amax > 0, ieee_div(amax, torch.tensor(448.0)), torch.ones_like(amax))
+    assert torch.equal(d.cpu(), dref)
+    ref = cast_ref(ieee_div(xf, dref[..., None] if granularity == "token" else dref[:, None, :, None]))
+    ref[(ref & 0x7F) == 0x7F] = 0x7F  # the reference keeps the sign of a NaN; e4m3fn's hardware NaN has none
+    assert torch.equal(bits(y), ref)
+    assert bits(y)[0, 3, 1, 5] == 0x7F and bits(y)[1, 7, 2, 9] == 0x7F
+
+
 def test_static_matches_vllm_formula_and_saturates():
     gen = torch.Generator().manual_seed(5)
     x = inputs(gen, 2, 19, 4, 32)

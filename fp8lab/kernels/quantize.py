@@ -23,7 +23,8 @@ per-head and per-tensor descales are ``(batch, heads_kv)``; the per-tensor one i
 a stride-0 expand of one value. A zero amax gives descale 1 (nothing to scale).
 Values are divided by the descale, correctly rounded (one reciprocal per scale and
 Markstein's two-FMA correction per value on the GPU, IEEE ``div_rn`` under the
-interpreter: the same bits), clamped to +-448 and rounded to nearest even; under
+interpreter: the same bits), clamped to +-448 (NaN stays NaN and is left out of the
+amax; an inf makes its slice's descale inf) and rounded to nearest even; under
 ``TRITON_INTERPRET=1`` the rounding is done in float32 first (`round_to_e4m3`),
 because the interpreter's own cast is wrong on carries.
 
@@ -55,9 +56,11 @@ Schedule = Literal["fused", "two-pass"]
 
 @triton.jit
 def _to_e4m3(y, ROUND_IN_FP32: tl.constexpr):
-    y = tl.minimum(tl.maximum(y, -448.0), 448.0)  # saturate: a plain cast may give NaN past 448
-    if ROUND_IN_FP32:
-        y = round_to_e4m3(y)
+    # saturate (a plain cast may give NaN past 448); NaN stays NaN, as in fp8lab.formats
+    y = tl.clamp(y, -448.0, 448.0, propagate_nan=tl.PropagateNan.ALL)
+    if ROUND_IN_FP32:  # the interpreter's own cast is wrong on carries, and turns NaN into +-384
+        nan = tl.full(y.shape, 0x7F, tl.uint8).to(tl.float8e4nv, bitcast=True)  # e4m3fn's NaN, as the GPU gives
+        return tl.where(y != y, nan, round_to_e4m3(y).to(tl.float8e4nv))
     return y.to(tl.float8e4nv)
 
 
