@@ -24,9 +24,9 @@ a stride-0 expand of one value. A zero amax gives descale 1 (nothing to scale).
 Values are divided by the descale, correctly rounded (one reciprocal per scale and
 Markstein's two-FMA correction per value on the GPU, IEEE ``div_rn`` under the
 interpreter: the same bits), clamped to +-448 (NaN stays NaN and is left out of the
-amax; an inf makes its slice's descale inf) and rounded to nearest even; under
-``TRITON_INTERPRET=1`` the rounding is done in float32 first (`round_to_e4m3`),
-because the interpreter's own cast is wrong on carries.
+amax, unless a whole tile is NaN; an inf makes its slice's descale inf) and rounded to
+nearest even; under ``TRITON_INTERPRET=1`` the rounding is done in float32 first
+(`round_to_e4m3`), because the interpreter's own cast is wrong on carries.
 
 Measured on an H200 (docs/kernel-notes.md v5 and v7; 128 MiB of bf16, CUDA-graph
 replays so the host's launch overhead is out; copy = 4.15 TB/s), in useful bytes (3 per
