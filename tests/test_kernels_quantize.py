@@ -193,4 +193,3 @@ def test_fused_waits_hold_on_gpu(granularity, lag_bytes, reversed_, monkeypatch)
         for _ in range(20):
             y, d = quantize_fp8(xx, granularity, schedule="fused", **args)
             assert torch.equal(d, d2) and torch.equal(bits(y), bits(y2))
-
