@@ -26,7 +26,9 @@
 # - **(d)** FP8 step 2, the max offset: what `max - 8` buys on the e4m3 grid;
 # - **(e)** FP8 step 3, the P cast, and the interpreter's rounding traps;
 # - **(f)** FP8 step 4, the V layout FP8 MMAs need, and what it costs;
-# - **(g)** how the kernel was tuned and what each step bought, from the record.
+# - **(g)** how the kernel was tuned and what each step bought, from the record;
+# - **(h)** FA3's warp-specialized structure, written out in Gluon;
+# - **(i)** FP8 step 5, P's register layout: the shuffle FA3 avoids, and how we avoid it too.
 
 # %% tags=["parameters"]
 smoke: bool = False  # CI: tiny shapes (the interpreter is slow)
@@ -258,9 +260,10 @@ rec.pivot_table(index="setting", columns="version", values="tflops", sort=False)
 #   lost 5-17 % at head dims 64 and 128: two live score tiles need 250+ registers, so fewer
 #   programs share an SM. It won only at 256 causal (+0.3-4 %), where it is the default.
 #
-# The result is 0.75-0.92x FA3 FP8 across the v5 grid (notebook 07): FA3's remaining edge
-# is its producer/consumer warpgroups with explicit ping-pong scheduling, which Triton 3.6's
-# compiler does not build by itself (section (h) builds it by hand).
+# That left 0.75-0.92x FA3 FP8 across the v5 grid. FA3's edge looked structural: its
+# producer/consumer warpgroups with explicit ping-pong scheduling, which Triton 3.6's compiler
+# does not build by itself (section (h) builds it by hand). The next real gain came instead
+# from counting instructions (section (i)).
 
 # %% [markdown]
 # ## (h) FA3's structure, written out: the Gluon kernel (v8, v9)
@@ -300,6 +303,58 @@ ws.pivot_table(index="case", columns=["version", "kernel"], values="ratio", sort
 #   stays ahead: structure alone was not enough.
 
 # %% [markdown]
+# ## (i) FP8 step 5: P's register layout (v10)
+#
+# After the softmax, P sits in the registers of the QK^T accumulator, and the PV wgmma takes it
+# from registers as its A operand. For bf16 the two layouts match. For e4m3 they do not: wgmma
+# gives thread t of each quad the score columns {2t, 2t+1} + 8j, but an 8-bit A operand packs
+# four consecutive keys per register, {4t..4t+3} + 16i. So 24 of a quad's 32 P values must come
+# from another thread: Triton emits a `SHFL`, a `SEL` and a `PRMT` per 4 values, 10 % of the
+# instructions in the kernel's main loop at head dim 64 (the offline SASS counts in
+# `docs/kernel-notes.md`). FA3 sidesteps this when it transposes V itself, by storing V's keys
+# in a matching order (`permute_Cregs_fp8`); our V comes pre-transposed, so the kernel permutes
+# **K** instead: `AttentionConfig(permute_keys=True)` loads K's rows of each 32 in the order
+# `key_order`, so the scores a thread holds are exactly the keys its A registers need, and
+# `in_key_order` relabels P's columns back, which the compiler turns into a renaming of
+# registers. The table runs the kernel's own `key_order`:
+
+# %%
+layout = explain.p_register_layout(device=dev)
+record("p_fetched_from_other_threads", {"plain": int(layout["fetched from other threads, plain"].sum()),
+                                        "permute_keys": int(layout["fetched from other threads, permute_keys"].sum())})
+layout
+
+# %% [markdown]
+# Same keys, same arithmetic: under the interpreter the permuted kernel gives the same bits as
+# the plain one (on a GPU only the order of the row sum's additions may change).
+
+# %%
+plain_cfg = A.AttentionConfig(16, 32, 4, 1)
+perm_cfg = A.AttentionConfig(16, 32, 4, 1, permute_keys=True)
+same_pk = torch.equal(fp8_attention(q8, k8, v8, qd, kd, vd, causal=causal, config=plain_cfg),
+                      fp8_attention(q8, k8, v8, qd, kd, vd, causal=causal, config=perm_cfg))
+print("permute_keys gives the same bits:", same_pk if dev.type == "cpu" else "(on a GPU: compare with a tolerance)")
+
+# %% [markdown]
+# v10 also rewrote the causal mask as one compare per score (`key <= min(row + diag,
+# seqlen_k - 1)`), which shortened the on-band loop by a fifth and ended the spills that had
+# kept 128-key blocks out of causal head dim 128. Together, measured on the H200 against v9's
+# kernel in the same run (`results/h200/bench_v10_final.json`):
+
+# %%
+v10 = explain.v10_record(rdir)
+plots.plot_ws(v10, title="v10 against v9, the Gluon kernel and vLLM (same run)")
+plt.show()
+v10_table = v10.pivot_table(index="case", columns="kernel", values="ratio", sort=False, observed=True).round(2)
+record("v10_ratio_to_fa3_fp8", {c: float(r) for c, r in v10_table["v10 (Triton)"].items()})
+v10_table
+
+# %% [markdown]
+# Head dim 64 gained 6-11 %, head dim 128 causal 7-10 % (its non-causal tile is unchanged), 256
+# 1-3 %; vLLM's FP8 varlen path is now behind in every case. Counting instructions in the SASS
+# found what the scheduling experiments of (h) had not.
+
+# %% [markdown]
 # ## Summary
 #
 # - The kernel is FA3's FP8 forward: descales folded into the exp2-domain scale,
@@ -308,6 +363,8 @@ ws.pivot_table(index="case", columns=["version", "kernel"], values="ratio", sort
 #   output in float32 to dodge the interpreter's wrong casts.
 # - The max offset matters only where P goes subnormal: peaked rows, long contexts.
 # - FP8 MMAs want V key-contiguous: transposing once is cheap, per tile is not.
+# - FP8 MMAs want P's keys in a different register order than the scores come in: loading K's
+#   rows permuted makes the change free (`permute_keys`, v10).
 #
 # ## Exercises
 #
@@ -317,11 +374,14 @@ ws.pivot_table(index="case", columns=["version", "kernel"], values="ratio", sort
 #    the interpreter)? Set `answer_2`.
 # 3. What is the largest P the kernel can produce with FA3's max offset, and is it an
 #    e4m3 value? Set `answer_3` to that P.
+# 4. With `permute_keys`, thread 1 of a quad holds score columns 2, 3, 10, 11, ...: which key
+#    does its column 10 hold? Set `answer_4` (hint: write 10 as 16a + 8b + 2t + e).
 
 # %%
 answer_1 = None  # a ratio
 answer_2 = None  # keys per block
 answer_3 = None  # a number
+answer_4 = None  # a key index in 0..31
 
 # %% tags=["solution", "hide-input"]
 # Solution (collapsed): computed, not typed in.
@@ -331,6 +391,8 @@ if answer_2 is None:
     answer_2 = A.default_config(head_dim, causal).block_n
 if answer_3 is None:
     answer_3 = 2.0 ** A.FA3_MAX_OFFSET  # exp2(s - (max - 8)) at s = max
+if answer_4 is None:
+    answer_4 = 16 * 0 + 4 * 1 + 2 * 1 + 0  # 10 = 16a + 8b + 2t + e with a=0, b=1, t=1, e=0 -> 16a + 4t + 2b + e
 
 # %%
 err0 = float(rel_l2(fp8_attention(qp, kp, vp, *dp, max_offset=0.0), exact_p))
@@ -340,4 +402,6 @@ if dev.type == "cpu":
     emu2 = attention_fa3_fp8(q8, k8, v8, qd, kd, vd, causal=causal, block_n=answer_2)
     assert torch.equal(emu2, fp8_attention(q8, k8, v8, qd, kd, vd, causal=causal)), "not the kernel's block_n"
 assert cast_to_fp8(torch.tensor([answer_3])).item() == answer_3 == 2.0 ** 8, "P = 2^max_offset at the row max"
-print(f"1: {answer_1:.3f}x   2: block_n {answer_2}   3: {answer_3:.0f}")
+held = layout.loc[1, "keys held, permute_keys"][layout.loc[1, "accumulator columns"].index(10)]
+assert answer_4 == held, "the kernel's key_order puts another key in column 10"
+print(f"1: {answer_1:.3f}x   2: block_n {answer_2}   3: {answer_3:.0f}   4: key {answer_4}")

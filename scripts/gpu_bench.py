@@ -25,6 +25,7 @@ import os
 import sys
 import time
 import traceback
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -103,6 +104,70 @@ def make_inputs(b, sq, sk, hq, hk, d, gen, varlen=False):
 
 
 # ----------------------------------------------------------------------------------------
+@dataclass
+class GridInputs:
+    """One grid case's FP8 inputs, as every provider takes them: (b, s, h, d) e4m3 tensors, V also
+    pre-transposed (`vt`, paid once outside the timing), (b, h) descales, and the varlen views."""
+
+    q: torch.Tensor
+    k: torch.Tensor
+    v: torch.Tensor
+    vt: torch.Tensor
+    qd: torch.Tensor
+    kd: torch.Tensor
+    vd: torch.Tensor
+    cu: torch.Tensor  # int32 (b + 1,): equal-length sequences of s tokens
+    qf: torch.Tensor  # (b * s, h, d) views for the varlen providers
+    kf: torch.Tensor
+    vf: torch.Tensor
+
+
+def grid_inputs(run: Run, cases, gen: torch.Generator, section: str, min_left: float = 10.0):
+    """Yield (case, GridInputs) for each case while at least `min_left` seconds of budget remain."""
+    for case in cases:
+        if run.left() < min_left:
+            print(f"budget exhausted; {section} stops before", case.label(), flush=True)
+            return
+        b, s, h, d = case.batch, case.seqlen, case.heads_q, case.head_dim
+        q, k, v, qd, kd, vd = make_inputs(b, s, s, h, h, d, gen)
+        cu = torch.arange(0, b + 1, device="cuda", dtype=torch.int32) * s
+        yield case, GridInputs(q, k, v, A.pretranspose_v(v), qd, kd, vd, cu,
+                               *(x.reshape(b * s, h, d) for x in (q, k, v)))
+
+
+def check_inputs(dims, gen: torch.Generator, causal_modes=(False, True)):
+    """The correctness shapes of the ws and v10 sections, per head dim and causal mode: a ragged GQA
+    case and a 2k one. Yields (name, causal, (q, k, v, qd, kd, vd), vt, exact float64 output)."""
+    from fp8lab.reference.exact import attention_exact
+
+    for d in dims:
+        for causal in causal_modes:
+            for b, sq, sk, hq, hk in ((2, 203, 208, 8, 2), (1, 2048, 2048, 16, 16)):
+                q, k, v, qd, kd, vd = make_inputs(b, sq, sk, hq, hk, d, gen)
+                exact = attention_exact(q, k, v, q_descale=qd, k_descale=kd, v_descale=vd, causal=causal)
+                yield (f"{b}x{sq}/{sk}x{hq}/{hk}x{d}{' causal' if causal else ''}", causal,
+                       (q, k, v, qd, kd, vd), A.pretranspose_v(v), exact)
+
+
+def provider_timings(prov: dict, x: GridInputs, case: "bench.AttentionCase", gen: torch.Generator, *,
+                     fa3_varlen: bool = False, vllm: bool = True, bf16: bool = False) -> list:
+    """(provider, config label, fn) for the production kernels that are installed, on `x`."""
+    causal, s = case.causal, case.seqlen
+    timed = []
+    if "fa3" in prov:
+        timed.append(("fa3-fwd FP8", "", lambda: fa3_call(prov["fa3"], x.q, x.k, x.v, x.qd, x.kd, x.vd, causal)))
+    if fa3_varlen and "fa3" in prov:
+        timed.append(("fa3-fwd FP8 varlen", "", lambda: fa3_varlen_call(
+            prov["fa3"], x.qf, x.kf, x.vf, x.qd, x.kd, x.vd, causal, x.cu, s)))
+    if vllm and "vllm" in prov:
+        timed.append(("vLLM FA3 FP8 varlen", "", lambda: vllm_call(
+            prov["vllm"], x.qf, x.kf, x.vf, x.qd, x.kd, x.vd, causal, x.cu, s)))
+    if bf16 and "fa3" in prov:
+        qb, kb, vb = (torch.randn(t.shape, device="cuda", dtype=torch.bfloat16, generator=gen) for t in (x.q, x.k, x.v))
+        timed.append(("fa3-fwd bf16", "", lambda: fa3_call(prov["fa3"], qb, kb, vb, None, None, None, causal)))
+    return timed
+
+
 def correctness(run: Run, prov: dict) -> None:
     from fp8lab.reference.exact import attention_exact
     from fp8lab.reference.fa3 import attention_fa3_fp8
@@ -317,7 +382,7 @@ def sweep(run: Run, budget_frac: float) -> dict:
                     rows.append(dict(head_dim=d, causal=causal, config=cfg.label(), layout=lay, error=repr(e)[:300]))
                 print(rows[-1], flush=True)
         # cost of the explicit pre-transpose of V, against the attention it feeds
-        ms_t = bench.median_ms(lambda: A.pretranspose_v(v))
+        ms_t = bench.median_ms(lambda v=v: A.pretranspose_v(v))
         rows.append(dict(head_dim=d, causal=None, config="pretranspose_v", layout="copy", ms=ms_t, case=case.label()))
         run.save("sweep", rows, best={f"{k[0]}-{k[1]}": [v[0].label(), v[1], v[2]] for k, v in best.items()})
         del q, k, v, vt
@@ -327,39 +392,27 @@ def sweep(run: Run, budget_frac: float) -> dict:
 def grid(run: Run, best: dict, prov: dict) -> None:
     gen = torch.Generator(device="cuda").manual_seed(4)
     rows = []
-    for case in bench.bench_grid():
-        if run.left() < 15:
-            print("budget exhausted; grid stops at", case.label())
-            break
-        b, s, h, d, causal = case.batch, case.seqlen, case.heads_q, case.head_dim, case.causal
-        q, k, v, qd, kd, vd = make_inputs(b, s, s, h, h, d, gen)
-        flops = case.flops()
+    for case, x in grid_inputs(run, bench.bench_grid(), gen, "grid", min_left=15):
+        d, causal, flops = case.head_dim, case.causal, case.flops()
 
         def add(provider, fn):
             try:
                 ms = bench.median_ms(fn)
-                rows.append(dict(case=case.label(), head_dim=d, seqlen=s, batch=b, causal=causal,
+                rows.append(dict(case=case.label(), head_dim=d, seqlen=case.seqlen, batch=case.batch, causal=causal,
                                  provider=provider, ms=ms, tflops=bench.tflops(flops, ms)))
             except Exception as e:  # noqa: BLE001
                 rows.append(dict(case=case.label(), provider=provider, error=repr(e)[:300]))
 
         cfg, lay, _ = best.get((d, causal), (A.default_config(d, causal), "transposed", None))
-        vv = A.pretranspose_v(v) if lay.startswith("transposed") else v
-        add("fp8lab", lambda: A.fp8_attention(q, k, vv, qd, kd, vd, causal=causal, config=cfg))
+        vv = x.vt if lay.startswith("transposed") else x.v
+        add("fp8lab", lambda: A.fp8_attention(x.q, x.k, vv, x.qd, x.kd, x.vd, causal=causal, config=cfg))
         rows[-1].update(config=cfg.label(), layout=lay)
         if lay.startswith("transposed"):  # the same kernel, paying the transpose of V on every call
-            add("fp8lab+transpose", lambda: A.fp8_attention(q, k, A.pretranspose_v(v), qd, kd, vd, causal=causal, config=cfg))
-        if "fa3" in prov:
-            add("fa3-fwd FP8", lambda: fa3_call(prov["fa3"], q, k, v, qd, kd, vd, causal))
-            qb, kb, vb = (torch.randn(x.shape, device="cuda", dtype=torch.bfloat16, generator=gen) for x in (q, k, v))
-            add("fa3-fwd bf16", lambda: fa3_call(prov["fa3"], qb, kb, vb, None, None, None, causal))
-            del qb, kb, vb
-        if "vllm" in prov:
-            cu = torch.arange(0, b + 1, device="cuda", dtype=torch.int32) * s
-            qf, kf, vf = (x.reshape(b * s, h, d) for x in (q, k, v))
-            add("vLLM FA3 FP8 varlen", lambda: vllm_call(prov["vllm"], qf, kf, vf, qd, kd, vd, causal, cu, s))
+            add("fp8lab+transpose", lambda: A.fp8_attention(x.q, x.k, A.pretranspose_v(x.v), x.qd, x.kd, x.vd,
+                                                            causal=causal, config=cfg))
+        for provider, _, fn in provider_timings(prov, x, case, gen, bf16=True):
+            add(provider, fn)
         run.save("grid", rows)
-        del q, k, v
 
 
 # ----------------------------------------------------------------------------------------
@@ -387,7 +440,7 @@ def _c(label: str) -> "A.AttentionConfig":
     return A.AttentionConfig(int(m.group(1)), int(m.group(2)), int(m.group(3)), int(m.group(4)),
                              use_tma="-tma" in opts, warp_specialize="-ws" in opts,
                              masked_stages=int(ms.group(1)) if ms else 0, maxnreg=int(reg.group(1)) if reg else None,
-                             pipeline_qk="-pq" in opts)
+                             pipeline_qk="-pq" in opts, permute_keys="-pk" in opts)
 
 
 # v6 exploration (after the v5 run): block shapes that fit 3-4 programs per SM under a register
@@ -452,36 +505,21 @@ def v5(run: Run, prov: dict, candidates=None, section: str = "v5", full: bool = 
             del q, k, v, vt, exact, emus
 
     host_path_cases = {"4x4096x32x64 causal", "4x4096x32x128 causal", "1x16384x32x128"}
-    for case in bench.bench_grid():
-        if run.left() < 10:
-            print("budget exhausted; v5 grid stops before", case.label(), flush=True)
-            break
-        b, s, h, d, causal = case.batch, case.seqlen, case.heads_q, case.head_dim, case.causal
-        q, k, v, qd, kd, vd = make_inputs(b, s, s, h, h, d, gen)
-        vt = A.pretranspose_v(v)
-        timed = [(tag, cfg.label(), (lambda cfg=cfg: A.fp8_attention(q, k, vt, qd, kd, vd, causal=causal, config=cfg)))
-                 for tag, cfg in (candidates or v5_candidates)(d, causal)]
+    for case, x in grid_inputs(run, bench.bench_grid(), gen, section):
+        causal = case.causal
+        timed = [(tag, cfg.label(), (lambda cfg=cfg: A.fp8_attention(x.q, x.k, x.vt, x.qd, x.kd, x.vd,
+                                                                     causal=causal, config=cfg)))
+                 for tag, cfg in (candidates or v5_candidates)(case.head_dim, causal)]
         if full and case.label() in host_path_cases:
-            cfg0 = A.default_config(d, causal)
+            cfg0 = A.default_config(case.head_dim, causal)
 
             def v2_host_path(cfg=cfg0):
-                check_attention_inputs(q, k, v, q_descale=qd, k_descale=kd, v_descale=vd)
-                return A.fp8_attention(q, k, vt, qd, kd, vd, causal=causal, config=cfg)
+                check_attention_inputs(x.q, x.k, x.v, q_descale=x.qd, k_descale=x.kd, v_descale=x.vd)
+                return A.fp8_attention(x.q, x.k, x.vt, x.qd, x.kd, x.vd, causal=causal, config=cfg)
             timed.append(("v2 host path", cfg0.label(), v2_host_path))
-        if "fa3" in prov:
-            timed.append(("fa3-fwd FP8", "", lambda: fa3_call(prov["fa3"], q, k, v, qd, kd, vd, causal)))
-        cu = torch.arange(0, b + 1, device="cuda", dtype=torch.int32) * s
-        qf, kf, vf = (x.reshape(b * s, h, d) for x in (q, k, v))
-        if full and "fa3" in prov:
-            timed.append(("fa3-fwd FP8 varlen", "", lambda: fa3_varlen_call(prov["fa3"], qf, kf, vf, qd, kd, vd, causal, cu, s)))
-        if full and "vllm" in prov:
-            timed.append(("vLLM FA3 FP8 varlen", "", lambda: vllm_call(prov["vllm"], qf, kf, vf, qd, kd, vd, causal, cu, s)))
-        if full and "fa3" in prov:
-            qb, kb, vb = (torch.randn(x.shape, device="cuda", dtype=torch.bfloat16, generator=gen) for x in (q, k, v))
-            timed.append(("fa3-fwd bf16", "", lambda: fa3_call(prov["fa3"], qb, kb, vb, None, None, None, causal)))
+        timed += provider_timings(prov, x, case, gen, fa3_varlen=full, vllm=full, bf16=full)
         time_rows(run, rows, case, timed)
         run.save(section, rows)
-        del q, k, v, vt, qf, kf, vf
 
 
 def derive_grid(raw_path: Path) -> Path:
@@ -527,8 +565,10 @@ def v5_summary(run: Run, section: str = "v5") -> None:
               f"{g('fa3-fwd bf16'):6.0f} {g('vLLM FA3 FP8 varlen'):6.0f} {g('fa3-fwd FP8 varlen'):6.0f} {g('v2 host path'):6.0f}")
 
 
-def time_rows(run: Run, rows: list[dict], case: "bench.AttentionCase", timed: list, min_left: float = 0.0) -> None:
-    """Median-time each (provider, config label, fn) of `timed` on `case`; a row each (or its error)."""
+def time_rows(run: Run, rows: list[dict], case: "bench.AttentionCase", timed: list, min_left: float = 0.0,
+              **extra) -> None:
+    """Median-time each (provider, config label, fn) of `timed` on `case`; a row each (or its error),
+    with `extra` fields added."""
     for tag, label, fn in timed:
         if run.left() < min_left:
             break
@@ -537,9 +577,11 @@ def time_rows(run: Run, rows: list[dict], case: "bench.AttentionCase", timed: li
             ms = bench.median_ms(fn)
             rows.append(dict(section="speed", case=case.label(), head_dim=case.head_dim, seqlen=case.seqlen,
                              batch=case.batch, causal=case.causal, provider=tag, config=label, ms=ms,
-                             tflops=bench.tflops(case.flops(), ms), compile_and_time_s=round(time.time() - t0, 1)))
+                             tflops=bench.tflops(case.flops(), ms), compile_and_time_s=round(time.time() - t0, 1),
+                             **extra))
         except Exception as e:  # noqa: BLE001
-            rows.append(dict(section="speed", case=case.label(), provider=tag, config=label, error=repr(e)[:300]))
+            rows.append(dict(section="speed", case=case.label(), provider=tag, config=label, error=repr(e)[:300],
+                             **extra))
         print(rows[-1], flush=True)
 
 
@@ -597,20 +639,14 @@ def quick(run: Run, prov: dict) -> None:
         run.save("quick", rows)
         del q, k, v, vt, exact, emus
 
-    for d, causal, b, s in QUICK_CASES:
-        if run.left() < 8:
-            print("budget exhausted; quick stops before", d, causal, b, s, flush=True)
-            break
-        case = bench.AttentionCase(b, s, 32, 32, d, causal)
-        q, k, v, qd, kd, vd = make_inputs(b, s, s, 32, 32, d, gen)
-        vt = A.pretranspose_v(v)
-        timed = [(tag, cfg.label(), (lambda cfg=cfg: A.fp8_attention(q, k, vt, qd, kd, vd, causal=causal, config=cfg)))
-                 for tag, cfg in quick_candidates(d, causal)]
-        if "fa3" in prov:
-            timed.append(("fa3-fwd FP8", "", lambda: fa3_call(prov["fa3"], q, k, v, qd, kd, vd, causal)))
+    cases = [bench.AttentionCase(b, s, 32, 32, d, causal) for d, causal, b, s in QUICK_CASES]
+    for case, x in grid_inputs(run, cases, gen, "quick", min_left=8):
+        timed = [(tag, cfg.label(), (lambda cfg=cfg: A.fp8_attention(x.q, x.k, x.vt, x.qd, x.kd, x.vd,
+                                                                     causal=case.causal, config=cfg)))
+                 for tag, cfg in quick_candidates(case.head_dim, case.causal)]
+        timed += provider_timings(prov, x, case, gen, vllm=False)
         time_rows(run, rows, case, timed, min_left=4)
         run.save("quick", rows)
-        del q, k, v, vt
 
 
 def ws_candidates(d: int, causal: bool) -> list:
@@ -638,65 +674,48 @@ def ws(run: Run, prov: dict, dims: tuple[int, ...] = (64, 128, 256)) -> None:
     default, fa3-fwd FP8 and vLLM's FA3 FP8 varlen path on the same inputs.
     """
     from fp8lab.kernels import attention_ws as W
-    from fp8lab.reference.exact import attention_exact
     from fp8lab.reference.fa3 import attention_fa3_fp8
 
     gen = torch.Generator(device="cuda").manual_seed(8)
     rows: list[dict] = []
-    for d in dims:
-        for causal in (False, True):
-            for b, sq, sk, hq, hk in ((2, 203, 208, 8, 2), (1, 2048, 2048, 16, 16)):
-                q, k, v, qd, kd, vd = make_inputs(b, sq, sk, hq, hk, d, gen)
-                vt = A.pretranspose_v(v)
-                exact = attention_exact(q, k, v, q_descale=qd, k_descale=kd, v_descale=vd, causal=causal)
-                name = f"{b}x{sq}/{sk}x{hq}/{hk}x{d}{' causal' if causal else ''}"
-                for cfg in ws_candidates(d, causal):
-                    bn = cfg.block_n
-                    t0 = time.time()
-                    try:
-                        emu = attention_fa3_fp8(q, k, v, qd, kd, vd, block_n=bn, causal=causal)
-                        out, lse = W.fp8_attention_ws(q, k, vt, q_descale=qd, k_descale=kd, v_descale=vd,
-                                                      causal=causal, config=cfg)
-                        tri = A.fp8_attention(q, k, vt, qd, kd, vd, causal=causal,
-                                              config=A.AttentionConfig(cfg.block_m, bn, 8, 2))
-                        qd0 = qd[:1, :1].expand_as(qd)
-                        o1, _ = W.fp8_attention_ws(q, k, vt, q_descale=qd0, k_descale=kd, v_descale=vd,
-                                                   causal=causal, config=cfg)
-                        o2, _ = W.fp8_attention_ws(q, k, vt, q_descale=qd0.contiguous(), k_descale=kd,
-                                                   v_descale=vd, causal=causal, config=cfg)
-                        e_emu, e_exact = rel_l2(out, emu), rel_l2(emu, exact)
-                        rows.append(dict(section="correctness", case=name, config=cfg.label(), ours_vs_emu=e_emu,
-                                         emu_vs_exact=e_exact, ratio=e_emu / max(e_exact, 1e-30),
-                                         ws_vs_triton=rel_l2(out, tri), same_bits_as_triton=float((out == tri).float().mean()),
-                                         stride0_bitwise=bool(torch.equal(o1, o2)), finite=bool(torch.isfinite(out).all()),
-                                         lse_finite_rows=int(torch.isfinite(lse).sum()), s=round(time.time() - t0, 1)))
-                    except Exception as e:  # noqa: BLE001
-                        rows.append(dict(section="correctness", case=name, config=cfg.label(), error=repr(e)[:400]))
-                    print(rows[-1], flush=True)
-                run.save("ws", rows)
-                del q, k, v, vt, exact
+    for name, causal, (q, k, v, qd, kd, vd), vt, exact in check_inputs(dims, gen):
+        d = q.shape[-1]
+        for cfg in ws_candidates(d, causal):
+            bn = cfg.block_n
+            t0 = time.time()
+            try:
+                emu = attention_fa3_fp8(q, k, v, qd, kd, vd, block_n=bn, causal=causal)
+                out, lse = W.fp8_attention_ws(q, k, vt, q_descale=qd, k_descale=kd, v_descale=vd,
+                                              causal=causal, config=cfg)
+                tri = A.fp8_attention(q, k, vt, qd, kd, vd, causal=causal,
+                                      config=A.AttentionConfig(cfg.block_m, bn, 8, 2))
+                qd0 = qd[:1, :1].expand_as(qd)
+                o1, _ = W.fp8_attention_ws(q, k, vt, q_descale=qd0, k_descale=kd, v_descale=vd,
+                                           causal=causal, config=cfg)
+                o2, _ = W.fp8_attention_ws(q, k, vt, q_descale=qd0.contiguous(), k_descale=kd,
+                                           v_descale=vd, causal=causal, config=cfg)
+                e_emu, e_exact = rel_l2(out, emu), rel_l2(emu, exact)
+                rows.append(dict(section="correctness", case=name, config=cfg.label(), ours_vs_emu=e_emu,
+                                 emu_vs_exact=e_exact, ratio=e_emu / max(e_exact, 1e-30),
+                                 ws_vs_triton=rel_l2(out, tri), same_bits_as_triton=float((out == tri).float().mean()),
+                                 stride0_bitwise=bool(torch.equal(o1, o2)), finite=bool(torch.isfinite(out).all()),
+                                 lse_finite_rows=int(torch.isfinite(lse).sum()), s=round(time.time() - t0, 1)))
+            except Exception as e:  # noqa: BLE001
+                rows.append(dict(section="correctness", case=name, config=cfg.label(), error=repr(e)[:400]))
+            print(rows[-1], flush=True)
+        run.save("ws", rows)
 
-    for case in (c for c in bench.bench_grid() if c.head_dim in dims):
-        if run.left() < 10:
-            print("budget exhausted; ws grid stops before", case.label(), flush=True)
-            break
-        b, s, h, d, causal = case.batch, case.seqlen, case.heads_q, case.head_dim, case.causal
-        q, k, v, qd, kd, vd = make_inputs(b, s, s, h, h, d, gen)
-        vt = A.pretranspose_v(v)
+    for case, x in grid_inputs(run, (c for c in bench.bench_grid() if c.head_dim in dims), gen, "ws"):
+        causal = case.causal
         timed = [("ws", cfg.label(), (lambda cfg=cfg: W.fp8_attention_ws(
-                      q, k, vt, q_descale=qd, k_descale=kd, v_descale=vd, causal=causal, config=cfg)))
-                 for cfg in ws_candidates(d, causal)]
-        cfg0 = A.default_config(d, causal)
-        timed.append(("default", cfg0.label(), lambda: A.fp8_attention(q, k, vt, qd, kd, vd, causal=causal, config=cfg0)))
-        if "fa3" in prov:
-            timed.append(("fa3-fwd FP8", "", lambda: fa3_call(prov["fa3"], q, k, v, qd, kd, vd, causal)))
-        cu = torch.arange(0, b + 1, device="cuda", dtype=torch.int32) * s
-        qf, kf, vf = (x.reshape(b * s, h, d) for x in (q, k, v))
-        if "vllm" in prov:
-            timed.append(("vLLM FA3 FP8 varlen", "", lambda: vllm_call(prov["vllm"], qf, kf, vf, qd, kd, vd, causal, cu, s)))
+                      x.q, x.k, x.vt, q_descale=x.qd, k_descale=x.kd, v_descale=x.vd, causal=causal, config=cfg)))
+                 for cfg in ws_candidates(case.head_dim, causal)]
+        cfg0 = A.default_config(case.head_dim, causal)
+        timed.append(("default", cfg0.label(), lambda: A.fp8_attention(x.q, x.k, x.vt, x.qd, x.kd, x.vd,
+                                                                       causal=causal, config=cfg0)))
+        timed += provider_timings(prov, x, case, gen)
         time_rows(run, rows, case, timed)
         run.save("ws", rows)
-        del q, k, v, vt, qf, kf, vf
 
 
 def ws_summary(run: Run) -> None:
@@ -716,6 +735,176 @@ def ws_summary(run: Run) -> None:
         cols = "  ".join(f"{c}={t / fa3:.2f}" for c, t in d.items() if c.startswith("ws-"))
         print(f"{case:<24} triton={d.get('default', float('nan')) / fa3:.2f}  {cols}  "
               f"vllm={d.get('vLLM FA3 FP8 varlen', float('nan')) / fa3:.2f}  fa3={fa3:.0f}")
+
+
+# v10 (sixth session). Offline sm_90 compiles (triton 3.6), no GPU:
+# - the causal mask as one compare per score: the on-band loop loses 19-24 % of its instructions
+#   at the causal defaults, non-causal builds are byte-identical, and block_n 128 at head dim 128
+#   causal no longer spills (stack 1048 -> 96 bytes), so the non-causal tile is a causal candidate;
+# - `permute_keys` (-pk): K's rows loaded in the order that turns P's shuffle into a register
+#   renaming; the off-band loop loses 6-11 % of its instructions (no SHFL.IDX/SEL/PRMT left).
+# The two exploration runs (bench_v10_explore*.json) timed, besides the default: -pk versions of
+# the v9 defaults, m64n128w4s{3,4}-r168-pk, m128n128w4s{3,4}-pk (64), m128n128w{4,8}s3(-pk),
+# m64n128w4s3-pk, m128n64w4s3-pk (128), m128n64w8s{3,4}-pk, m128n64w8s3-pq-pk (256). What follows
+# is the confirmation run's list: each case's runner-up next to the new defaults.
+V10_CANDIDATES: dict[tuple[int, bool], list[str]] = {
+    (64, False): ["m64n128w4s4-r168-pk"],
+    (64, True): ["m128n128w4s3-pk"],
+    (128, False): ["m128n128w4s3-pk"],
+    (128, True): ["m128n64w4s3-pk"],
+    (256, False): [],
+    (256, True): [],
+}
+
+
+def _v9_module(name: str):
+    """The v9 kernels (`fp8lab/kernels/_v9_<name>.py`, copied from commit bf5b2c4 by the session
+    script) to time against in the same run; None when absent."""
+    import importlib
+
+    try:
+        return importlib.import_module(f"fp8lab.kernels._v9_{name}")
+    except ImportError as e:
+        print(f"v9 {name} not found ({e}); timing only the current kernels", flush=True)
+        return None
+
+
+def v10_candidates(d: int, causal: bool) -> list[tuple[str, "A.AttentionConfig"]]:
+    default = A.default_config(d, causal)
+    return [("default", default)] + [("v10", c) for c in map(_c, V10_CANDIDATES[(d, causal)]) if c != default]
+
+
+def v10(run: Run, prov: dict, dims: tuple[int, ...] = (64, 128, 256), repeats: int = 3) -> None:
+    """--v10: the one-compare causal mask and `permute_keys` against v9's kernels, same inputs.
+
+    Correctness first: every candidate against the emulation, and against v9's kernel with the
+    same blocks (without -pk the same bits are expected: the mask keeps the same keys; with -pk
+    only the order of the row sum's additions may differ). Then the grid, `repeats` interleaved
+    rounds of: the default, the v10 candidates, v9's default (v9's kernel), at 256 the Gluon kernel
+    (and v9's, causal), fa3-fwd FP8 and vLLM's varlen path.
+    """
+    import dataclasses
+
+    from fp8lab.kernels import attention_ws as W
+    from fp8lab.reference.fa3 import attention_fa3_fp8
+
+    old, old_ws = _v9_module("attention"), _v9_module("attention_ws")
+    gen = torch.Generator(device="cuda").manual_seed(10)
+    rows: list[dict] = []
+    for name, causal, (q, k, v, qd, kd, vd), vt, exact in check_inputs(dims, gen):
+        d = q.shape[-1]
+        emus: dict[int, torch.Tensor] = {}
+        for tag, cfg in v10_candidates(d, causal):
+            try:
+                if cfg.block_n not in emus:
+                    emus[cfg.block_n] = attention_fa3_fp8(q, k, v, qd, kd, vd, block_n=cfg.block_n,
+                                                          causal=causal)
+                out, lse = A.fp8_attention(q, k, vt, qd, kd, vd, config=cfg, causal=causal, return_lse=True)
+                e_emu, e_exact = rel_l2(out, emus[cfg.block_n]), rel_l2(emus[cfg.block_n], exact)
+                row = dict(section="correctness", case=name, version=tag, config=cfg.label(),
+                           ours_vs_emu=e_emu, emu_vs_exact=e_exact, ratio=e_emu / max(e_exact, 1e-30),
+                           finite=bool(torch.isfinite(out).all()))
+                if old is not None:
+                    o9, l9 = old.fp8_attention(q, k, vt, qd, kd, vd, causal=causal, return_lse=True,
+                                               config=dataclasses.replace(cfg, permute_keys=False))
+                    row.update(same_bits_as_v9=bool(torch.equal(out, o9) and torch.equal(lse, l9)),
+                               vs_v9=rel_l2(out, o9), out_bits_differing=float((out != o9).float().mean()))
+            except Exception as e:  # noqa: BLE001
+                row = dict(section="correctness", case=name, version=tag, config=cfg.label(),
+                           error=repr(e)[:300])
+            rows.append(row)
+            print(row, flush=True)
+        try:  # the Gluon kernel (its mask changed too)
+            cfg = W.default_ws_config(d, causal)
+            out, lse = W.fp8_attention_ws(q, k, vt, q_descale=qd, k_descale=kd, v_descale=vd, causal=causal)
+            emu = attention_fa3_fp8(q, k, v, qd, kd, vd, block_n=cfg.block_n, causal=causal)
+            row = dict(section="correctness", case=name, version="ws", config=cfg.label(),
+                       ours_vs_emu=rel_l2(out, emu), emu_vs_exact=rel_l2(emu, exact),
+                       ratio=rel_l2(out, emu) / max(rel_l2(emu, exact), 1e-30))
+            if old_ws is not None:
+                o9, l9 = old_ws.fp8_attention_ws(q, k, vt, q_descale=qd, k_descale=kd, v_descale=vd,
+                                                 causal=causal)
+                row.update(same_bits_as_v9=bool(torch.equal(out, o9) and torch.equal(lse, l9)))
+        except Exception as e:  # noqa: BLE001
+            row = dict(section="correctness", case=name, version="ws", error=repr(e)[:300])
+        rows.append(row)
+        print(row, flush=True)
+        run.save("v10", rows)
+
+    for case, x in grid_inputs(run, bench.bench_grid(head_dims=dims), gen, "v10"):
+        d, causal = case.head_dim, case.causal
+
+        def tri(mod, cfg):
+            return lambda: mod.fp8_attention(x.q, x.k, x.vt, x.qd, x.kd, x.vd, causal=causal, config=cfg)
+
+        def gluon(mod):
+            return lambda: mod.fp8_attention_ws(x.q, x.k, x.vt, q_descale=x.qd, k_descale=x.kd, v_descale=x.vd,
+                                                causal=causal)
+
+        timed = [(tag, cfg.label(), tri(A, cfg)) for tag, cfg in v10_candidates(d, causal)]
+        if old is not None:
+            cfg9 = old.default_config(d, causal)
+            timed.append(("v9 default", cfg9.label(), tri(old, cfg9)))
+        if d == 256:
+            timed.append(("ws", W.default_ws_config(d, causal).label(), gluon(W)))
+            if old_ws is not None and causal:
+                timed.append(("v9 ws", W.default_ws_config(d, causal).label(), gluon(old_ws)))
+        timed += provider_timings(prov, x, case, gen)
+        for rep in range(repeats):
+            time_rows(run, rows, case, timed, min_left=5, rep=rep)
+            run.save("v10", rows)
+
+
+def v10_grid(run: Run, prov: dict) -> None:
+    """--v10-grid: the grid with every provider in one run, one median each, in the grid schema
+    (notebook 07): the Triton default ("fp8lab"), at 256 the Gluon kernel ("fp8lab ws"), fa3-fwd
+    FP8 batched and varlen, vLLM's FP8 varlen path and fa3-fwd bf16."""
+    from fp8lab.kernels import attention_ws as W
+
+    gen = torch.Generator(device="cuda").manual_seed(11)
+    rows: list[dict] = []
+    for case, x in grid_inputs(run, bench.bench_grid(), gen, "v10_grid"):
+        d, causal = case.head_dim, case.causal
+        cfg = A.default_config(d, causal)
+        timed = [("fp8lab", cfg.label(), lambda: A.fp8_attention(x.q, x.k, x.vt, x.qd, x.kd, x.vd, causal=causal))]
+        if d == 256:
+            timed.append(("fp8lab ws", W.default_ws_config(d, causal).label(), lambda: W.fp8_attention_ws(
+                x.q, x.k, x.vt, q_descale=x.qd, k_descale=x.kd, v_descale=x.vd, causal=causal)))
+        timed += provider_timings(prov, x, case, gen, fa3_varlen=True, bf16=True)
+        time_rows(run, rows, case, timed, min_left=3)
+        run.save("v10_grid", rows)
+
+
+def v10_grid_summary(run: Run) -> None:
+    rows = [x for x in run.sections.get("v10_grid", []) if "tflops" in x]
+    print("\ncase                      fp8lab   ws  FA3fp8  ratio  fa3vl  vLLM  bf16")
+    for r in bench.ratio_table(rows, "fp8lab", "fa3-fwd FP8"):
+        g = {x["provider"]: x["tflops"] for x in rows if x["case"] == r["case"]}
+        print(f"{r['case']:<24} {r['fp8lab']:7.0f} {g.get('fp8lab ws', 0):5.0f} {r['fa3-fwd FP8']:6.0f} "
+              f"{r['ratio']:5.2f} {g.get('fa3-fwd FP8 varlen', 0):6.0f} {g.get('vLLM FA3 FP8 varlen', 0):5.0f} "
+              f"{g.get('fa3-fwd bf16', 0):5.0f}")
+
+
+def v10_summary(run: Run) -> None:
+    import statistics
+
+    rows = run.sections.get("v10", [])
+    checks = [r for r in rows if r.get("section") == "correctness"]
+    bad = [r for r in checks if "error" in r or not r["ratio"] < 0.5
+           or (r.get("same_bits_as_v9") is False and not r["config"].endswith("-pk"))]
+    print(f"\nv10 correctness: {len(checks)} rows, flagged {len(bad)}")
+    for r in bad:
+        print("  ", r)
+    by_case: dict[str, dict[str, list[float]]] = {}
+    for r in rows:
+        if r.get("section") == "speed" and "tflops" in r:
+            key = r["provider"] + ("" if r["provider"] in ("fa3-fwd FP8", "vLLM FA3 FP8 varlen") else ":" + r["config"])
+            by_case.setdefault(r["case"], {}).setdefault(key, []).append(r["tflops"])
+    print("median TFLOP/s over the rounds; x = ratio to fa3-fwd FP8")
+    for case, d in by_case.items():
+        med = {k: statistics.median(v) for k, v in d.items()}
+        fa3 = med.get("fa3-fwd FP8", float("nan"))
+        print(f"{case:<24} " + "  ".join(f"{k}={t:.0f} ({t / fa3:.2f}x)" for k, t in med.items()))
 
 
 def _loop_stats(sass: str) -> list[dict]:
@@ -764,7 +953,8 @@ def inspect_offline(out: Path) -> None:
             const = dict(GROUP=1, HEAD_DIM=d, HEAD_DIM_PAD=d, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
                          CAUSAL=causal, VARLEN=False, USE_TMA=False, V_TRANSPOSED=True,
                          WARP_SPECIALIZE=cfg.warp_specialize, MAX_OFFSET=A.FA3_MAX_OFFSET,
-                         MASKED_STAGES=cfg.masked_stages, PIPELINE_QK=cfg.pipeline_qk, ROUND_IN_FP32=False,
+                         MASKED_STAGES=cfg.masked_stages or None, PIPELINE_QK=cfg.pipeline_qk,
+                         PERMUTE_KEYS=cfg.permute_keys, ROUND_IN_FP32=False,
                          **dict.fromkeys(unit_strides, 1))
             sig = {p: "constexpr" if p in const else ptr.get(p, "fp32" if p == "softmax_scale_log2" else "i32")
                    for p in params}
@@ -845,8 +1035,13 @@ def main() -> None:
                     help="the whole grid: default vs the v6 candidates vs fa3-fwd FP8 (~5 min)")
     ap.add_argument("--ws", action="store_true",
                     help="v9: the warp-specialized Gluon kernel's candidates vs Triton, FA3 and vLLM (~7 min)")
+    ap.add_argument("--v10", action="store_true",
+                    help="the grid: v10's causal mask and permute_keys against v9's kernels, FA3 and vLLM (~8 min)")
+    ap.add_argument("--v10-grid", action="store_true",
+                    help="the grid, every provider in one run, one median each (notebook 07's schema, ~3 min)")
     ap.add_argument("--quant", action="store_true", help="only the quantization section (~2 min)")
-    ap.add_argument("--dims", default="64,128,256", help="--ws: head dims to run (correctness and grid)")
+    ap.add_argument("--dims", default="64,128,256", help="--ws, --v10: head dims to run (correctness and grid)")
+    ap.add_argument("--repeats", type=int, default=3, help="--v10: interleaved timing rounds per case")
     ap.add_argument("--derive-grid", metavar="RAW_JSON",
                     help="no GPU: write bench_v5_grid.json from a --v5 run's raw JSON (see derive_grid)")
     ap.add_argument("--inspect", action="store_true",
@@ -865,8 +1060,16 @@ def main() -> None:
     skip = set(filter(None, args.skip.split(",")))
     prov = load_providers(vllm=not args.quick)  # --quick compares with fa3-fwd only
     print("context:", json.dumps(run.ctx), flush=True)
-    for wanted, section, fn in ((args.v5, "v5", lambda: v5(run, prov)),
-                                (args.v6, "v6", lambda: v5(run, prov, v6_candidates, "v6", full=False))):
+    dims = tuple(int(d) for d in args.dims.split(","))
+    sections = (  # (wanted, name, run it, print its summary): one section per call
+        (args.v5, "v5", lambda: v5(run, prov), lambda: v5_summary(run, "v5")),
+        (args.v6, "v6", lambda: v5(run, prov, v6_candidates, "v6", full=False), lambda: v5_summary(run, "v6")),
+        (args.v10_grid, "v10_grid", lambda: v10_grid(run, prov), lambda: v10_grid_summary(run)),
+        (args.v10, "v10", lambda: v10(run, prov, dims, args.repeats), lambda: v10_summary(run)),
+        (args.ws, "ws", lambda: ws(run, prov, dims), lambda: ws_summary(run)),
+        (args.quick, "quick", lambda: quick(run, prov), lambda: quick_summary(run)),
+    )
+    for wanted, section, fn, report in sections:
         if wanted:
             t = time.time()
             try:
@@ -874,28 +1077,10 @@ def main() -> None:
             except Exception:  # noqa: BLE001
                 traceback.print_exc()
             print(f"{section}: {time.time() - t:.1f}s", flush=True)
-            v5_summary(run, section)
+            report()
             return
     if args.quant:
         skip |= {"correctness", "sweep", "grid"}
-    if args.ws:
-        t = time.time()
-        try:
-            ws(run, prov, tuple(int(d) for d in args.dims.split(",")))
-        except Exception:  # noqa: BLE001
-            traceback.print_exc()
-        print(f"ws: {time.time() - t:.1f}s", flush=True)
-        ws_summary(run)
-        return
-    if args.quick:
-        t = time.time()
-        try:
-            quick(run, prov)
-        except Exception:  # noqa: BLE001
-            traceback.print_exc()
-        print(f"quick: {time.time() - t:.1f}s", flush=True)
-        quick_summary(run)
-        return
     for name, fn in (("correctness", lambda: correctness(run, prov)), ("quant", lambda: quant(run))):
         if name in skip:
             continue

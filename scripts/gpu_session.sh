@@ -20,13 +20,15 @@ step() {  # step NAME SECONDS CMD...: run, log, report
   tail -n 3 "$OUT/$name.log"
 }
 
-# 1. The package's own GPU tests: formats on CUDA, reference on CUDA, the Triton kernel.
+# 1. The package's own GPU tests: formats on CUDA, reference on CUDA, the Gluon kernel; the Triton
+# attention kernel's file whole (its unmarked tests run on the GPU too, with GPU bounds).
 # (the GPU host has no papermill/nbformat: the notebooks run as scripts in step 3 instead)
-step gpu_unit 240 python3 -m pytest -q -m "gpu or hopper" tests --ignore=tests/test_gpu_backends.py \
-  --ignore=tests/test_notebooks.py \
+step gpu_unit 180 python3 -m pytest -q -m "gpu or hopper" tests --ignore=tests/test_gpu_backends.py \
+  --ignore=tests/test_notebooks.py --ignore=tests/test_kernels_attention.py \
   -p no:cacheprovider --junitxml="$OUT/gpu_unit.xml"
+step kernels_attention 140 python3 -m pytest -q tests/test_kernels_attention.py -p no:cacheprovider
 # 2. The production-kernel grid, FP8 part (descales, q_scale fallback, lse bound).
-step gpu_backends 170 python3 scripts/gpu_backends.py --out "$OUT" --budget 140 -k "fp8 or descale or q_scale"
+step gpu_backends 130 python3 scripts/gpu_backends.py --out "$OUT" --budget 110 -k "fp8 or descale or q_scale"
 # 3. Every notebook as a script at smoke sizes, on the GPU.
 step notebooks 140 python3 -c "
 import time

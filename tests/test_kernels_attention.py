@@ -155,6 +155,35 @@ def test_pipelined_qk_gives_the_same_bits():
     assert torch.equal(fp8_attention(qv, kv_, vv, *dv, config=piped, **kw), fp8_attention(qv, kv_, vv, *dv, config=plain, **kw))
 
 
+@pytest.mark.parametrize("causal", [False, True])
+def test_permuted_keys_give_the_same_result(causal):
+    """v10's `permute_keys` loads K's rows of each 32 in the order that lets P reach the PV MMA
+    without shuffles, and relabels P's columns back. Under the interpreter: the same bits as the
+    plain kernel and the emulation (ragged tails, a causal band, GQA, padded head dim 48, varlen
+    with an empty sequence). On a GPU the row sum may add in another order: within the bound."""
+    gen = torch.Generator().manual_seed(20 + causal)
+    plain, perm = A.AttentionConfig(16, 32, 4, 2), A.AttentionConfig(16, 32, 4, 2, permute_keys=True)
+    assert perm.label() == "m16n32w4s2-pk"
+    for sq, sk, d in ((45, 77, 32), (20, 70, 48), (33, 32, 32)):
+        q, k, v = fp8(gen, 2, sq, 4, d), fp8(gen, 2, sk, 2, d), fp8(gen, 2, sk, 2, d)
+        ds = descales(gen, 2, 2)
+        out, lse = fp8_attention(q, k, v, *ds, causal=causal, config=plain, return_lse=True)
+        out_p, lse_p = fp8_attention(q, k, pretranspose_v(v), *ds, causal=causal, config=perm, return_lse=True)
+        emu = attention_fa3_fp8(q, k, v, *ds, causal=causal, block_n=32)
+        if DEV == "cpu":
+            assert torch.equal(out_p, out) and torch.equal(lse_p, lse) and torch.equal(out_p, emu), (sq, sk, d)
+        else:
+            exact = attention_exact(q, k, v, q_descale=ds[0], k_descale=ds[1], v_descale=ds[2], causal=causal)
+            assert rel_l2(out_p, emu) <= 0.6 * rel_l2(emu, exact), (sq, sk, d)
+            assert torch.equal(torch.isinf(lse_p), torch.isinf(lse))
+    lens = torch.tensor([0, 37, 37, 90], dtype=torch.int32, device=DEV)
+    qv, kv_, vv = fp8(gen, 90, 4, 32), fp8(gen, 90, 2, 32), fp8(gen, 90, 2, 32)
+    dv = descales(gen, 3, 2)
+    kw = dict(cu_seqlens_q=lens, cu_seqlens_k=lens, max_seqlen_q=53, max_seqlen_k=53, causal=causal)
+    out, out_p = (fp8_attention(qv, kv_, vv, *dv, config=c, **kw) for c in (plain, perm))
+    assert torch.equal(out_p, out) if DEV == "cpu" else rel_l2(out_p, out) < 0.05
+
+
 def test_descale_strides_are_bitwise_identical():
     """A stride-0 expand, a contiguous copy and a column-major copy of one descale table."""
     gen = torch.Generator().manual_seed(12)
@@ -225,6 +254,10 @@ def test_bad_options_are_rejected():
         fp8_attention(q, k, v, torch.zeros(1, 2, device=DEV), check_descales=True if DEV == "cuda" else None)
     with pytest.raises(ValueError, match="power of two"):
         fp8_attention(q, k, v, config=A.AttentionConfig(48, 64))
+    with pytest.raises(ValueError, match="permute_keys"):
+        fp8_attention(q, k, v, config=A.AttentionConfig(16, 16, permute_keys=True))
+    with pytest.raises(ValueError, match="permute_keys"):
+        fp8_attention(q, k, v, config=A.AttentionConfig(32, 32, use_tma=True, permute_keys=True))
     if DEV == "cuda":  # FP8 MMAs reduce over >= 32 values: a clear error instead of a compiler assertion
         with pytest.raises(ValueError, match="block_n"):
             fp8_attention(q, k, v, config=A.AttentionConfig(64, 16))
@@ -248,6 +281,21 @@ def test_explain_helpers():
     v8 = ws[ws["version"] == "v8"]
     assert len(v8) == 36 and set(v8["kernel"]) == {"ws (Gluon)", "Triton default"}
     assert v8["ratio"].between(0.3, 1.5).all()
+    v10 = explain.v10_record(Path(__file__).parents[1] / "results" / "h200")
+    assert v10["case"].nunique() == 18 and (v10["kernel"] == "Gluon (ws)").sum() == 6
+    assert v10["ratio"].between(0.3, 1.5).all()
+
+
+def test_permuted_keys_make_p_a_register_renaming():
+    """FP8 step 5 on the kernel's own `key_order`: with it, each thread's accumulator columns hold
+    exactly the keys the e4m3 A operand needs from it; without, 24 of a quad's 32 come from other threads."""
+    from fp8lab.kernels import explain
+
+    layout = explain.p_register_layout(device=DEV)
+    assert layout["fetched from other threads, plain"].tolist() == [4, 8, 8, 4]
+    assert (layout["fetched from other threads, permute_keys"] == 0).all()
+    held = [k for keys in layout["keys held, permute_keys"] for k in keys]
+    assert sorted(held) == list(range(32))  # a permutation of the 32 keys
 
 
 def test_configs_are_named_and_small():

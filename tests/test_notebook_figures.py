@@ -35,3 +35,10 @@ def test_kv_cache(executed_notebooks):
         # FA3's FP8 math adds Q and P quantization on top of the storage error.
         assert err[f"{scales} | dequantized"] < err[f"{scales} | fa3_fp8"] < 1.0
     assert err["checkpoint (amax/448) | fa3_fp8"] <= err["dynamic (amax/200, /100) | fa3_fp8"]
+
+
+def test_triton_kernel_lesson(executed_notebooks):
+    f = figures(executed_notebooks, "08_triton_fp8_attention")
+    assert f["p_fetched_from_other_threads"] == {"plain": 24, "permute_keys": 0}
+    ratios = f["v10_ratio_to_fa3_fp8"]
+    assert len(ratios) == 18 and all(0.3 < r < 1.5 for r in ratios.values())

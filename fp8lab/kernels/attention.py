@@ -5,7 +5,7 @@ What this kernel teaches
 Flash attention never writes the (seqlen_q x seqlen_k) score matrix: each
 program owns BLOCK_M query rows, walks over the keys BLOCK_N at a time, and
 keeps a running row maximum ``m``, a running row sum ``l`` and an unnormalised
-output ``acc`` (the "online softmax"). FP8 adds four steps, each marked
+output ``acc`` (the "online softmax"). FP8 adds five steps, each marked
 ``# FP8 step n`` below:
 
 1. Descale folding. Q and K arrive as e4m3 codes with per-(batch, kv-head)
@@ -24,6 +24,11 @@ output ``acc`` (the "online softmax"). FP8 adds four steps, each marked
    V is head_dim-contiguous; the kernel either transposes tiles on the way to
    shared memory (``v_layout="natural"``) or reads a V that the caller stored
    transposed once (``v_layout="transposed"``, see `pretranspose_v`).
+5. P's register layout (GPU). The QK^T accumulator and the e4m3 A operand of the PV
+   MMA spread a row's keys over a quad's threads differently, so P would be shuffled
+   between threads. With ``permute_keys`` K's rows are loaded in the order `key_order`,
+   each thread's scores are then the keys its A registers need, and `in_key_order` is a
+   renaming of registers (FA3 permutes V's keys for the same reason). Same keys, same bits.
 
 Pseudo-code (one program = one query block of one head of one sequence)::
 
@@ -50,15 +55,16 @@ FA3 emulation in `fp8lab.reference` uses (``reverse_blocks=True``).
 Scheduling: one program per (query block, batch x head), on a 1-D grid that
 takes heads in chunks whose K and V fit in L2, longest query blocks first.
 
-Speed on an H200 (docs/kernel-notes.md, notebook 07; v5 grid, every provider in one
-run): 0.81-0.88x FA3's FP8 kernel at head dim 64, 0.77-0.92x at 128, 0.75-0.83x at 256;
-faster than FA3 bf16 in all 18 cases and than vLLM's FP8 varlen path in 16. The levers
-that mattered: V pre-transposed (2.6x), 4-warp programs (two or three per SM, overlapping
-one's softmax with another's MMAs), per-head-dim block sizes, and no device syncs in the
-host-side checks (they had cost 0.3-0.6 ms per call). ``pipeline_qk`` issues the next
-block's QK^T before this block's softmax (FA3's intra-warpgroup overlap; the SASS shows
-the overlap) and is the default only at head dim 256 causal (+0.3-4 %); elsewhere it
-lost. TMA descriptors (``use_tma``) and Triton's warp specialization
+Speed on an H200 (docs/kernel-notes.md, notebook 07; v10 grid, every provider in one
+run): 0.89-0.98x FA3's FP8 kernel at head dim 64, 0.85-0.93x at 128, 0.76-0.82x at 256
+(where the Gluon kernel, `fp8_attention_ws`, is faster); faster than FA3 bf16 and than
+vLLM's FP8 varlen path in all 18 cases. The levers that mattered: V pre-transposed (2.6x),
+4-warp programs (two or three per SM, overlapping one's softmax with another's MMAs),
+per-head-dim block sizes, no device syncs in the host-side checks (they had cost 0.3-0.6 ms
+per call), and v10's ``permute_keys`` with a one-compare causal mask (+6-11 % at head dim 64,
++7-10 % at 128 causal). ``pipeline_qk`` issues the next block's QK^T before this block's
+softmax (FA3's intra-warpgroup overlap; the SASS shows the overlap) but lost wherever
+registers were short. TMA descriptors (``use_tma``) and Triton's warp specialization
 (``warp_specialize``) measured no gain and stay switches.
 
 Under ``TRITON_INTERPRET=1`` (CI on a CPU) P and the output are rounded in
@@ -119,6 +125,31 @@ def _tile_mask(offs_n, seqlen_k, MASKED: tl.constexpr, HEAD_DIM: tl.constexpr, H
 
 
 @triton.jit
+def key_order(BLOCK_N: tl.constexpr, PERMUTE_KEYS: tl.constexpr):
+    """Which key of a block each column of the score tile holds, (BLOCK_N,) int32.
+
+    FP8 step 5 (GPU). The QK^T accumulator gives thread t of each quad the score columns
+    {2t, 2t+1, 8+2t, 9+2t, 16+2t, 17+2t, 24+2t, 25+2t} of every 32; the e4m3 A operand of the
+    PV wgmma wants {4t..4t+3, 16+4t..19+4t} in its registers. With PERMUTE_KEYS, K's rows are
+    loaded in the order tau(c) = 32g + 16a + 4t + 2b + e for c = 32g + 16a + 8b + 2t + e, so the
+    columns a thread holds are exactly the keys its A registers need: `in_key_order` is then a
+    renaming of registers, and the shuffles of P (3 instructions per 4 values) disappear.
+    """
+    j = tl.arange(0, BLOCK_N)
+    if PERMUTE_KEYS:
+        j = (j & -32) | (j & 16) | (((j >> 1) & 3) << 2) | (((j >> 3) & 1) << 1) | (j & 1)
+    return j
+
+
+@triton.jit
+def in_key_order(p, PERMUTE_KEYS: tl.constexpr):
+    """P with column k holding key k: undoes `key_order` (register renaming on the GPU)."""
+    if PERMUTE_KEYS:  # column (a, t, b, e) <- column (a, b, t, e) of every 32
+        p = p.reshape(p.shape[0], p.shape[1] // 32, 2, 2, 4, 2).permute(0, 1, 2, 4, 3, 5).reshape(p.shape)
+    return p
+
+
+@triton.jit
 def _load_tile(ptrs, n0, stride_s, load_mask):
     """A pointer-loaded K or V tile of key block `n0` (the pointer tile is block 0's)."""
     if load_mask is None:
@@ -158,26 +189,33 @@ def _load_v(V, v_ptrs, stride_vs, tma_b, hk, k_start, n0, load_mask,
 
 
 @triton.jit
-def _scores(q, k, n0, offs_m, seqlen_k, diag, BLOCK_N: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr):
-    """S = Q K^T on raw e4m3 codes (fp32, descales not applied yet); masked -> -inf."""
+def _scores(q, k, n0, offs_m, seqlen_k, diag, BLOCK_N: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
+            PERMUTE_KEYS: tl.constexpr):
+    """S = Q K^T on raw e4m3 codes (fp32, descales not applied yet); masked -> -inf.
+    Column c holds key n0 + `key_order`[c]."""
     s = tl.dot(q, tl.trans(k))
     if MASKED:
-        offs_n = n0 + tl.arange(0, BLOCK_N)
-        keep = (offs_n < seqlen_k)[None, :]
-        if CAUSAL:
-            keep = keep & (offs_n[None, :] <= offs_m[:, None] + diag)  # bottom-right alignment
+        keys = key_order(BLOCK_N, PERMUTE_KEYS)
+        if CAUSAL:  # row i sees key n0 + j iff j <= last(i) - n0 (bottom-right alignment)
+            last = tl.minimum(offs_m + diag, seqlen_k - 1) - n0  # one compare per score
+            keep = keys[None, :] <= last[:, None]
+        else:
+            keep = (n0 + keys < seqlen_k)[None, :]
         s = tl.where(keep, s, float("-inf"))
     return s
 
 
 @triton.jit
-def _softmax_pv(acc, l_i, m_i, s, v, scale_log2, MAX_OFFSET: tl.constexpr, ROUND_IN_FP32: tl.constexpr):
-    """Online-softmax update with the scores `s` of one key block, P cast to e4m3, acc += P V."""
+def _softmax_pv(acc, l_i, m_i, s, v, scale_log2, MAX_OFFSET: tl.constexpr, ROUND_IN_FP32: tl.constexpr,
+                PERMUTE_KEYS: tl.constexpr):
+    """Online-softmax update with the scores `s` of one key block, P cast to e4m3, acc += P V.
+    `s`'s columns are in `key_order`; V's rows in key order."""
     m_new = tl.maximum(m_i, tl.max(s, 1))
     m_use = tl.where(m_new == float("-inf"), 0.0, m_new)  # fully masked rows so far: avoid inf - inf
     max_scaled = m_use * scale_log2 - MAX_OFFSET  # FP8 step 2: subtract (max - 8), P in [0, 2^8]
     p = tl.math.exp2(s * scale_log2 - max_scaled[:, None])  # FP8 step 1: scale_log2 holds the descales
     alpha = tl.math.exp2((m_i - m_use) * scale_log2)
+    p = in_key_order(p, PERMUTE_KEYS)  # FP8 step 5: no data moves on the GPU
     l_i = l_i * alpha + tl.sum(p, 1)  # the row sum uses the float32 P, as FA3 does
     acc = acc * alpha[:, None]
     # FP8 step 3: P to e4m3, nearest even (P <= 256 < 448: never saturates).
@@ -197,7 +235,7 @@ def _attend_block(
     n0, offs_m, seqlen_k, diag, scale_log2,
     HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, BLOCK_N: tl.constexpr,
     MASKED: tl.constexpr, CAUSAL: tl.constexpr, USE_TMA: tl.constexpr, V_TRANSPOSED: tl.constexpr,
-    MAX_OFFSET: tl.constexpr, ROUND_IN_FP32: tl.constexpr, V_FIRST: tl.constexpr,
+    MAX_OFFSET: tl.constexpr, ROUND_IN_FP32: tl.constexpr, V_FIRST: tl.constexpr, PERMUTE_KEYS: tl.constexpr,
 ):
     """One key block: scores, online-softmax update, P cast, PV product.
 
@@ -206,15 +244,19 @@ def _attend_block(
     prefetches V anyway).
     """
     load_mask = _tile_mask(n0 + tl.arange(0, BLOCK_N), seqlen_k, MASKED, HEAD_DIM, HEAD_DIM_PAD)
-    k = _load_k(K, k_ptrs, stride_ks, tma_b, hk, k_start, n0, load_mask, HEAD_DIM_PAD, BLOCK_N, USE_TMA)
+    if PERMUTE_KEYS and MASKED:  # K's rows are keys in `key_order`
+        k_mask = _tile_mask(n0 + key_order(BLOCK_N, PERMUTE_KEYS), seqlen_k, MASKED, HEAD_DIM, HEAD_DIM_PAD)
+    else:
+        k_mask = load_mask
+    k = _load_k(K, k_ptrs, stride_ks, tma_b, hk, k_start, n0, k_mask, HEAD_DIM_PAD, BLOCK_N, USE_TMA)
     if V_FIRST:
         v = _load_v(V, v_ptrs, stride_vs, tma_b, hk, k_start, n0, load_mask,
                     HEAD_DIM_PAD, BLOCK_N, USE_TMA, V_TRANSPOSED)
-    s = _scores(q, k, n0, offs_m, seqlen_k, diag, BLOCK_N, MASKED, CAUSAL)
+    s = _scores(q, k, n0, offs_m, seqlen_k, diag, BLOCK_N, MASKED, CAUSAL, PERMUTE_KEYS)
     if not V_FIRST:
         v = _load_v(V, v_ptrs, stride_vs, tma_b, hk, k_start, n0, load_mask,
                     HEAD_DIM_PAD, BLOCK_N, USE_TMA, V_TRANSPOSED)
-    return _softmax_pv(acc, l_i, m_i, s, v, scale_log2, MAX_OFFSET, ROUND_IN_FP32)
+    return _softmax_pv(acc, l_i, m_i, s, v, scale_log2, MAX_OFFSET, ROUND_IN_FP32, PERMUTE_KEYS)
 
 
 @triton.jit
@@ -244,8 +286,9 @@ def _fp8_attention_fwd(
     USE_TMA: tl.constexpr, V_TRANSPOSED: tl.constexpr,
     WARP_SPECIALIZE: tl.constexpr,  # let Triton split loads and math into warp groups (off-band loop)
     MAX_OFFSET: tl.constexpr,  # 8.0 as FA3; 0.0 gives plain softmax P in [0, 1]
-    MASKED_STAGES: tl.constexpr,  # 0: the on-band loop is pipelined like the rest (v2); 1: not (v4)
+    MASKED_STAGES: tl.constexpr,  # None: the on-band loop is pipelined like the rest (v2); 1: not (v4)
     PIPELINE_QK: tl.constexpr,  # off-band loop: issue the next block's QK^T before this block's softmax (v5)
+    PERMUTE_KEYS: tl.constexpr,  # K's rows in `key_order`, so P needs no shuffles (v10; pointer loads only)
     ROUND_IN_FP32: tl.constexpr,  # exact P and output rounding under the interpreter (see fp8_rounding)
 ):
     # Scheduling: (batch, head) pairs are taken in chunks of `heads_per_chunk`, whose K and V
@@ -297,7 +340,7 @@ def _fp8_attention_fwd(
         v_ptrs = V
     else:  # pointer tiles of key block 0; block j adds j * BLOCK_N * stride (one scalar)
         k_ptrs = (K + b64 * stride_kb + hk.to(tl.int64) * stride_kh + k_start.to(tl.int64) * stride_ks
-                  + offs_n[:, None] * stride_ks + offs_d[None, :])
+                  + key_order(BLOCK_N, PERMUTE_KEYS)[:, None] * stride_ks + offs_d[None, :])
         v_ptrs = (V + b64 * stride_vb + hk.to(tl.int64) * stride_vh + k_start.to(tl.int64) * stride_vs
                   + offs_n[:, None] * stride_vs + offs_d[None, :] * stride_vd)
 
@@ -316,28 +359,18 @@ def _fp8_attention_fwd(
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_DIM_PAD], tl.float32)
     # Phase 1, on the band: the masked blocks (diagonal band, ragged tail), last first.
-    # v4: with MASKED_STAGES > 0 this loop (1-2 blocks for causal, 0-1 otherwise) gets its own,
+    # v4: with MASKED_STAGES set this loop (1-2 blocks for causal, 0-1 otherwise) gets its own,
     # shallower pipeline: no prefetch prologue, and no registers for in-flight tiles competing
     # with the off-band loop's (offline sm_90 compiles: m128n64 causal at head_dim 128 loses its
     # spills); with 1 stage V is loaded before QK^T so its latency overlaps the MMA and softmax.
-    if MASKED_STAGES == 0:
-        for i in range(0, n_blocks - n_full):
-            n0 = (n_blocks - 1 - i) * BLOCK_N
-            acc, l_i, m_i = _attend_block(
-                acc, l_i, m_i, q, K, V, k_ptrs, v_ptrs, stride_ks, stride_vs, tma_b, hk, k_start,
-                n0, offs_m, seqlen_k, diag, scale_log2,
-                HEAD_DIM, HEAD_DIM_PAD, BLOCK_N, True, CAUSAL, USE_TMA, V_TRANSPOSED, MAX_OFFSET, ROUND_IN_FP32,
-                False,
-            )
-    else:
-        for i in tl.range(0, n_blocks - n_full, num_stages=MASKED_STAGES):
-            n0 = (n_blocks - 1 - i) * BLOCK_N
-            acc, l_i, m_i = _attend_block(
-                acc, l_i, m_i, q, K, V, k_ptrs, v_ptrs, stride_ks, stride_vs, tma_b, hk, k_start,
-                n0, offs_m, seqlen_k, diag, scale_log2,
-                HEAD_DIM, HEAD_DIM_PAD, BLOCK_N, True, CAUSAL, USE_TMA, V_TRANSPOSED, MAX_OFFSET, ROUND_IN_FP32,
-                MASKED_STAGES == 1,
-            )
+    for i in tl.range(0, n_blocks - n_full, num_stages=MASKED_STAGES):
+        n0 = (n_blocks - 1 - i) * BLOCK_N
+        acc, l_i, m_i = _attend_block(
+            acc, l_i, m_i, q, K, V, k_ptrs, v_ptrs, stride_ks, stride_vs, tma_b, hk, k_start,
+            n0, offs_m, seqlen_k, diag, scale_log2,
+            HEAD_DIM, HEAD_DIM_PAD, BLOCK_N, True, CAUSAL, USE_TMA, V_TRANSPOSED, MAX_OFFSET, ROUND_IN_FP32,
+            MASKED_STAGES == 1, PERMUTE_KEYS,
+        )
     # Phase 2, off the band: fully visible blocks, no mask work at all.
     if not PIPELINE_QK:
         for i in tl.range(0, n_full, warp_specialize=WARP_SPECIALIZE):
@@ -346,7 +379,7 @@ def _fp8_attention_fwd(
                 acc, l_i, m_i, q, K, V, k_ptrs, v_ptrs, stride_ks, stride_vs, tma_b, hk, k_start,
                 n0, offs_m, seqlen_k, diag, scale_log2,
                 HEAD_DIM, HEAD_DIM_PAD, BLOCK_N, False, CAUSAL, USE_TMA, V_TRANSPOSED, MAX_OFFSET, ROUND_IN_FP32,
-                False,
+                False, PERMUTE_KEYS,
             )
     elif n_full > 0:
         # v5, FA3's intra-warpgroup overlap: the scores of block j-1 are issued (an async
@@ -355,20 +388,20 @@ def _fp8_attention_fwd(
         off_mask = _tile_mask(tl.arange(0, BLOCK_N), seqlen_k, False, HEAD_DIM, HEAD_DIM_PAD)
         n0 = (n_full - 1) * BLOCK_N
         k = _load_k(K, k_ptrs, stride_ks, tma_b, hk, k_start, n0, off_mask, HEAD_DIM_PAD, BLOCK_N, USE_TMA)
-        s = _scores(q, k, n0, offs_m, seqlen_k, diag, BLOCK_N, False, CAUSAL)
+        s = _scores(q, k, n0, offs_m, seqlen_k, diag, BLOCK_N, False, CAUSAL, PERMUTE_KEYS)
         for i in tl.range(0, n_full - 1):
             n0 = (n_full - 1 - i) * BLOCK_N
             k = _load_k(K, k_ptrs, stride_ks, tma_b, hk, k_start, n0 - BLOCK_N, off_mask,
                         HEAD_DIM_PAD, BLOCK_N, USE_TMA)
-            s_next = _scores(q, k, n0 - BLOCK_N, offs_m, seqlen_k, diag, BLOCK_N, False, CAUSAL)
+            s_next = _scores(q, k, n0 - BLOCK_N, offs_m, seqlen_k, diag, BLOCK_N, False, CAUSAL, PERMUTE_KEYS)
             v = _load_v(V, v_ptrs, stride_vs, tma_b, hk, k_start, n0, off_mask, HEAD_DIM_PAD, BLOCK_N,
                         USE_TMA, V_TRANSPOSED)
-            acc, l_i, m_i = _softmax_pv(acc, l_i, m_i, s, v, scale_log2, MAX_OFFSET, ROUND_IN_FP32)
+            acc, l_i, m_i = _softmax_pv(acc, l_i, m_i, s, v, scale_log2, MAX_OFFSET, ROUND_IN_FP32, PERMUTE_KEYS)
             s = s_next
         first = pid * 0  # key block 0, as a tensor (tile offsets are widened to int64)
         v = _load_v(V, v_ptrs, stride_vs, tma_b, hk, k_start, first, off_mask, HEAD_DIM_PAD, BLOCK_N,
                     USE_TMA, V_TRANSPOSED)
-        acc, l_i, m_i = _softmax_pv(acc, l_i, m_i, s, v, scale_log2, MAX_OFFSET, ROUND_IN_FP32)
+        acc, l_i, m_i = _softmax_pv(acc, l_i, m_i, s, v, scale_log2, MAX_OFFSET, ROUND_IN_FP32, PERMUTE_KEYS)
 
     # Epilogue: normalise, apply v_descale once, write bf16 out and the natural-log lse.
     empty = l_i == 0.0  # fully masked rows: out = 0, lse = -inf
@@ -401,6 +434,10 @@ class AttentionConfig:
     65536 registers / (32 * num_warps * maxnreg) programs, e.g. 3 at 4 warps and 168.
     `pipeline_qk`: in the off-band loop, issue the next key block's QK^T before this block's
     softmax, so the tensor cores and the exp2 units work at once (v5; same bits).
+    `permute_keys`: load K's rows of each block in the order that makes the e4m3 P of the
+    QK^T accumulator the PV MMA's A operand without moving data between threads (FA3's
+    `permute_Cregs_fp8`, applied to K; v10; same bits). Needs pointer loads (no `use_tma`)
+    and block_n a multiple of 32.
     """
 
     block_m: int = 128
@@ -412,12 +449,14 @@ class AttentionConfig:
     masked_stages: int = 0
     maxnreg: int | None = None
     pipeline_qk: bool = False
+    permute_keys: bool = False
 
     def label(self) -> str:
         return (f"m{self.block_m}n{self.block_n}w{self.num_warps}s{self.num_stages}"
                 + ("-tma" if self.use_tma else "") + ("-ws" if self.warp_specialize else "")
                 + (f"-ms{self.masked_stages}" if self.masked_stages else "")
-                + (f"-r{self.maxnreg}" if self.maxnreg else "") + ("-pq" if self.pipeline_qk else ""))
+                + (f"-r{self.maxnreg}" if self.maxnreg else "") + ("-pq" if self.pipeline_qk else "")
+                + ("-pk" if self.permute_keys else ""))
 
 
 def attention_configs(head_dim: int) -> list[AttentionConfig]:
@@ -429,27 +468,30 @@ def attention_configs(head_dim: int) -> list[AttentionConfig]:
     """
     C = AttentionConfig
     if head_dim <= 64:
-        cands = [*V4_CANDIDATES[(64, False)], *V4_CANDIDATES[(64, True)], C(64, 64, 4, 4, maxnreg=128),
-                 C(128, 128, 4, 4), C(128, 64, 4, 3), V5_CANDIDATES[64][0]]
+        cands = [_MEASURED_DEFAULTS[(64, False)], _MEASURED_DEFAULTS[(64, True)], C(128, 128, 4, 3, permute_keys=True),
+                 C(64, 128, 4, 4, maxnreg=168, permute_keys=True), *V4_CANDIDATES[(64, False)],
+                 C(64, 64, 4, 4, maxnreg=128), C(128, 64, 4, 3)]
         return list(dict.fromkeys(cands))
     if head_dim <= 128:
-        cands = [C(128, 128, 4, 3), C(128, 64, 4, 3), C(128, 64, 4, 4), C(64, 64, 4, 3, maxnreg=168),
-                 C(64, 128, 4, 3), V5_CANDIDATES[128][0]]
+        cands = [C(128, 128, 4, 3), C(128, 128, 4, 3, permute_keys=True), C(128, 64, 4, 3, permute_keys=True),
+                 C(128, 64, 4, 3), C(64, 64, 4, 3, maxnreg=168), C(64, 128, 4, 3, permute_keys=True)]
         return list(dict.fromkeys(cands))
-    return [C(128, 64, 8, 4), C(128, 64, 8, 3, pipeline_qk=True), C(128, 128, 8, 2), C(128, 64, 8, 3)]
+    return [C(128, 64, 8, 4, permute_keys=True), C(128, 64, 8, 3, permute_keys=True),
+            C(128, 64, 8, 3, pipeline_qk=True), C(128, 128, 8, 2), C(128, 64, 8, 4)]
 
 
 # The configs `fp8_attention` uses on a GPU, keyed by (padded head_dim, causal): winners of the
-# H200 sweeps (scripts/gpu_bench.py; docs/kernel-notes.md v2, v4, v5, v6). In the v5 grid (every
-# provider in one run, results/h200/bench_v5_grid.*) they reach 0.75-0.92x FA3 FP8; none of the
-# v5/v6 candidates beat them by more than run-to-run noise except pipeline_qk at 256 causal.
+# H200 sweeps (scripts/gpu_bench.py; docs/kernel-notes.md v2, v4, v5, v6, v10). v10 (two runs,
+# results/h200/bench_v10_*): `permute_keys` everywhere but head dim 128 non-causal (a tie there),
+# block_n 128 at head dim 128 causal (the one-compare mask ended its spills), and at head dim 64
+# non-causal the 128-row tile (fewer instructions per score than 64 rows once P needs no shuffles).
 _MEASURED_DEFAULTS: dict[tuple[int, bool], AttentionConfig] = {
-    (64, False): AttentionConfig(64, 128, 4, 4, maxnreg=168),  # v4: 0.82-0.86x FA3 vs v2's 0.80-0.83x
-    (64, True): AttentionConfig(64, 128, 4, 3, maxnreg=168),  # v4: 0.86-0.92x FA3 vs v2's 0.81-0.86x
-    (128, False): AttentionConfig(128, 128, 4, 3),
-    (128, True): AttentionConfig(128, 64, 4, 3),
-    (256, False): AttentionConfig(128, 64, 8, 4),
-    (256, True): AttentionConfig(128, 64, 8, 3, pipeline_qk=True),  # v5: +0.3-4 % over v2's in two runs
+    (64, False): AttentionConfig(128, 128, 4, 4, permute_keys=True),  # v10: 0.89-0.94x FA3 (v9: 0.80-0.87x)
+    (64, True): AttentionConfig(64, 128, 4, 3, maxnreg=168, permute_keys=True),  # v10: 0.89-0.97x (0.85-0.93x)
+    (128, False): AttentionConfig(128, 128, 4, 3),  # v2; with permute_keys within +-1.6 % in two runs
+    (128, True): AttentionConfig(128, 128, 4, 3, permute_keys=True),  # v10: 0.88-0.93x (v9: 0.81-0.86x)
+    (256, False): AttentionConfig(128, 64, 8, 4, permute_keys=True),  # v10: +1-4 %; the Gluon kernel is faster
+    (256, True): AttentionConfig(128, 64, 8, 3, permute_keys=True),  # v10: +2-4 % over v5's pipeline_qk
 }
 # v4 candidates, measured in one quick run (results/h200/bench_v4_quick.*; docs/kernel-notes.md "v4"):
 # the head_dim 64 ones won every case and are the defaults above; the head_dim 128 causal ones
@@ -675,8 +717,8 @@ def fp8_attention(
             BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
             CAUSAL=bool(causal), VARLEN=shape.varlen,
             USE_TMA=descs is not None, V_TRANSPOSED=v_transposed, WARP_SPECIALIZE=cfg.warp_specialize,
-            MAX_OFFSET=float(max_offset), MASKED_STAGES=cfg.masked_stages, PIPELINE_QK=cfg.pipeline_qk,
-            ROUND_IN_FP32=round_p,
+            MAX_OFFSET=float(max_offset), MASKED_STAGES=cfg.masked_stages or None, PIPELINE_QK=cfg.pipeline_qk,
+            PERMUTE_KEYS=cfg.permute_keys, ROUND_IN_FP32=round_p,
             num_warps=cfg.num_warps, num_stages=cfg.num_stages,
             **({"maxnreg": cfg.maxnreg} if cfg.maxnreg else {}),
         )
@@ -725,6 +767,9 @@ def _check_config(cfg: AttentionConfig, d_pad: int, device: torch.device) -> Non
         val = getattr(cfg, name)
         if val < 16 or val & (val - 1):
             raise ValueError(f"config.{name}: expected a power of two >= 16, got {val}")
+    if cfg.permute_keys and (cfg.use_tma or cfg.block_n % 32):
+        raise ValueError("config.permute_keys: expected pointer loads (use_tma=False) and block_n a multiple "
+                         f"of 32, got use_tma={cfg.use_tma}, block_n={cfg.block_n}")
     if device.type == "cuda" and not triton_interpret():
         if cfg.block_n < 32:
             raise ValueError(f"config.block_n: FP8 tensor-core MMAs need >= 32 keys per block, got {cfg.block_n}")

@@ -128,9 +128,11 @@ if HAVE_GLUON:
                  s_layout: gl.constexpr):
         """Keys past the sequence (and, causal, right of the bottom-right diagonal) -> -inf."""
         offs_n = n0 + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
-        keep = gl.expand_dims(offs_n < seqlen_k, 0)
-        if CAUSAL:
-            keep = keep & (gl.expand_dims(offs_n, 0) <= gl.expand_dims(offs_m + diag, 1))
+        if CAUSAL:  # row i sees key n iff n <= last(i): one compare per score
+            last = gl.minimum(offs_m + diag, seqlen_k - 1)
+            keep = gl.expand_dims(offs_n, 0) <= gl.expand_dims(last, 1)
+        else:
+            keep = gl.expand_dims(offs_n < seqlen_k, 0)
         return gl.where(keep, s, float("-inf"))
 
     @gluon.jit

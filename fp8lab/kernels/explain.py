@@ -12,13 +12,15 @@ import torch
 import triton
 import triton.language as tl
 
-from fp8lab.bench import records_frame
+from fp8lab.bench import load_results, records_frame
 from fp8lab.formats import cast_to_fp8, get_format
 from fp8lab.layout import check_attention_inputs
+from fp8lab.kernels.attention import key_order
 from fp8lab.kernels.fp8_rounding import round_to_bf16, round_to_e4m3
 from fp8lab.reference.exact import dequantize
 
-__all__ = ["cast_demo", "folded_scale_error", "p_grid_fractions", "tuning_record", "v_layout_costs", "ws_record"]
+__all__ = ["cast_demo", "folded_scale_error", "p_grid_fractions", "p_register_layout", "tuning_record", "v10_record",
+           "v_layout_costs", "ws_record"]
 
 
 def _scores(q, k, q_descale, k_descale, softmax_scale):
@@ -98,6 +100,25 @@ def ws_record(results_dir: str | Path) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def v10_record(results_dir: str | Path) -> pd.DataFrame:
+    """v10 against v9 on the grid, from one run (`bench_v10_final.json`, medians over its rounds):
+    the Triton kernel's default of each version, the Gluon kernel (head dim 256) and vLLM's FP8
+    varlen path. One row per (case, kernel): head_dim, causal, config, tflops, ratio to fa3-fwd FP8."""
+    data = load_results(Path(results_dir) / "bench_v10_final.json")
+    df = pd.DataFrame([r for r in data["rows"] if r.get("section") == "speed" and "tflops" in r])
+    med = df.groupby(["case", "provider", "config"], sort=False).agg(
+        tflops=("tflops", "median"), head_dim=("head_dim", "first"), causal=("causal", "first")).reset_index()
+    fa3 = med[med["provider"] == "fa3-fwd FP8"].set_index("case")["tflops"]
+    names = {"v9 default": "v9 (Triton)", "default": "v10 (Triton)", "ws": "Gluon (ws)",
+             "vLLM FA3 FP8 varlen": "vLLM FP8 varlen"}
+    out = med[med["provider"].isin(names)].assign(kernel=lambda d: d["provider"].map(names))
+    out = out.assign(ratio=out["tflops"].to_numpy() / fa3.reindex(out["case"]).to_numpy(),
+                     kernel=pd.Categorical(out["kernel"], categories=list(names.values()), ordered=True))
+    out = out.sort_values(["case", "kernel"], key=lambda c: c if c.name == "kernel" else c.map(
+        {case: i for i, case in enumerate(dict.fromkeys(med["case"]))}))
+    return out[["case", "head_dim", "causal", "kernel", "config", "tflops", "ratio"]].reset_index(drop=True)
+
+
 def v_layout_costs(results_dir: str | Path, version: str = "v2") -> pd.DataFrame:
     """The V layout lesson in numbers (d=128, 2 x 8192 x 32 heads, non-causal): the kernel with
     natural V, with pre-transposed V, and the one-off cost of pre-transposing V."""
@@ -111,6 +132,35 @@ def v_layout_costs(results_dir: str | Path, version: str = "v2") -> pd.DataFrame
             dict(what="attention, pre-transposed V", ms=transposed["ms"].iloc[0] if len(transposed) else math.nan),
             dict(what="pretranspose_v(V) once", ms=pre["ms"])]
     return pd.DataFrame(rows).assign(config=natural["config"])
+
+
+@triton.jit
+def _key_order_kernel(OUT, BLOCK_N: tl.constexpr):
+    tl.store(OUT + tl.arange(0, BLOCK_N), key_order(BLOCK_N, True))
+
+
+def p_register_layout(device: str | torch.device = "cpu") -> pd.DataFrame:
+    """FP8 step 5 in a table, for the four threads of a quad and one group of 32 keys.
+
+    Hopper's wgmma gives thread t the accumulator columns {2t, 2t+1} + 8j (j = 0..3) of S, while
+    the e4m3 A operand of the PV wgmma must hold keys {4t..4t+3} + 16i (i = 0, 1) in its
+    registers. Columns: which keys t's accumulator holds with plain K and with `permute_keys` (the
+    kernel's own `key_order`, run here), which keys its A registers need, and how many of those
+    it must fetch from other threads in each case (the shuffles `permute_keys` removes).
+    """
+    tau = torch.empty(32, dtype=torch.int32, device=device)
+    _key_order_kernel[(1,)](tau, BLOCK_N=32)
+    tau = tau.cpu().tolist()
+    rows = []
+    for t in range(4):
+        cols = [8 * j + 2 * t + e for j in range(4) for e in (0, 1)]
+        need = [16 * i + 4 * t + e for i in range(2) for e in range(4)]
+        held = [tau[c] for c in cols]
+        rows.append({"thread": t, "accumulator columns": cols, "A operand needs keys": need,
+                     "keys held, plain K": cols, "keys held, permute_keys": held,
+                     "fetched from other threads, plain": len(set(need) - set(cols)),
+                     "fetched from other threads, permute_keys": len(set(need) - set(held))})
+    return pd.DataFrame(rows).set_index("thread")
 
 
 @triton.jit

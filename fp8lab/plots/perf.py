@@ -103,14 +103,15 @@ def plot_p_grid(df: pd.DataFrame, ax: plt.Axes | None = None) -> plt.Axes:
     return ax
 
 
-def plot_ws(df: pd.DataFrame, target: float = 0.9, ax: plt.Axes | None = None) -> plt.Axes:
-    """Bars: TFLOP/s over FA3 FP8's per case, the Gluon kernel next to the Triton kernel
-    (`fp8lab.kernels.explain.ws_record`, one version)."""
+def plot_ws(df: pd.DataFrame, target: float = 0.9, ax: plt.Axes | None = None,
+            title: str = "FA3's structure in Gluon against the Triton kernel") -> plt.Axes:
+    """Bars: TFLOP/s over FA3 FP8's per case and kernel (columns case, kernel, ratio; e.g.
+    `fp8lab.kernels.explain.ws_record` for one version, or `v10_record`)."""
     ax = ax or plt.subplots(figsize=(9, 3.8))[1]
     sns.barplot(data=df, x="case", y="ratio", hue="kernel", palette="mako", ax=ax)
     ax.axhline(target, ls="--", color="k", lw=1)
     ax.tick_params(axis="x", rotation=70)
     ax.set_xlabel("")
     ax.set_ylabel("/ FA3 FP8 (same run)")
-    ax.set_title("FA3's structure in Gluon against the Triton kernel")
+    ax.set_title(title)
     return ax
