@@ -311,8 +311,9 @@ ws.pivot_table(index="case", columns=["version", "kernel"], values="ratio", sort
 # four consecutive keys per register, {4t..4t+3} + 16i. So 24 of a quad's 32 P values must come
 # from another thread: Triton emits a `SHFL`, a `SEL` and a `PRMT` per 4 values, 10 % of the
 # instructions in the kernel's main loop at head dim 64 (the offline SASS counts in
-# `docs/kernel-notes.md`). FA3 sidesteps this when it transposes V itself, by storing V's keys
-# in a matching order (`permute_Cregs_fp8`); our V comes pre-transposed, so the kernel permutes
+# `docs/kernel-notes.md`). FA3 sidesteps this when it transposes V itself: it only swaps registers
+# within each thread (`permute_Cregs_fp8`), so its V transpose must lay the keys out to match;
+# given a pre-transposed V it shuffles as we did. Our V comes pre-transposed, so the kernel permutes
 # **K** instead: `AttentionConfig(permute_keys=True)` loads K's rows of each 32 in the order
 # `key_order`, so the scores a thread holds are exactly the keys its A registers need, and
 # `in_key_order` relabels P's columns back, which the compiler turns into a renaming of

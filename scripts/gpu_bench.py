@@ -749,7 +749,7 @@ def ws_summary(run: Run) -> None:
 # is the confirmation run's list: each case's runner-up next to the new defaults.
 V10_CANDIDATES: dict[tuple[int, bool], list[str]] = {
     (64, False): ["m64n128w4s4-r168-pk"],
-    (64, True): ["m128n128w4s3-pk"],
+    (64, True): ["m64n128w4s3-r168-pk"],  # the default until the check run (bench_v10_check64)
     (128, False): ["m128n128w4s3-pk"],
     (128, True): ["m128n64w4s3-pk"],
     (256, False): [],
@@ -921,16 +921,32 @@ def _loop_stats(sass: str) -> list[dict]:
             count = lambda pat: sum(1 for x in body if re.search(pat, x))  # noqa: E731
             if count("GMMA"):
                 loops.append(dict(instr=len(body), stl=count(r"\bSTL"), ldl=count(r"\bLDL"), mufu=count("MUFU"),
-                                  gmma=count("GMMA"), gmma_waits=count(r"WARPGROUP\.DEPBAR")))
+                                  gmma=count("GMMA"), gmma_waits=count(r"WARPGROUP\.DEPBAR"),
+                                  p_shuffle=count(r"\b(SHFL\.IDX|SEL|PRMT)\b")))
     return loops
 
 
+def inspect_configs() -> list[tuple[int, bool, str, "A.AttentionConfig"]]:
+    """What --inspect compiles: each (head_dim, causal) default, and the same with `permute_keys`
+    toggled (v10: the P shuffle, SHFL.IDX + SEL + PRMT, disappears with it)."""
+    import dataclasses
+
+    out = []
+    for d in (64, 128, 256):
+        for causal in (False, True):
+            cfg = A._MEASURED_DEFAULTS[(d, causal)]
+            out.append((d, causal, "default", cfg))
+            out.append((d, causal, "pk toggled", dataclasses.replace(cfg, permute_keys=not cfg.permute_keys)))
+    return out
+
+
 def inspect_offline(out: Path) -> None:
-    """Compile v2 and the v4 candidates for sm_90 on any host (no GPU) and report registers,
-    stack (spills), each loop's instruction mix and ptxas' wgmma-serialization notes.
+    """Compile the defaults with and without `permute_keys` for sm_90 on any host (no GPU) and
+    report registers, stack (spills), each loop's instruction mix (with the P shuffle's
+    SHFL.IDX/SEL/PRMT count) and ptxas' wgmma-serialization notes.
 
     The shapes are specialised as the benchmark's (strides divisible by 16, V pre-transposed
-    so its key stride is 1). This Triton and its ptxas may differ from the GPU host's.
+    so its key stride is 1). Use the GPU host's Triton (3.6) for its code generation and ptxas.
     """
     import inspect as pyinspect
     import re
@@ -948,47 +964,47 @@ def inspect_offline(out: Path) -> None:
                K_DESCALE="*fp32", V_DESCALE="*fp32", CU_SEQLENS_Q="*i32", CU_SEQLENS_K="*i32")
     unit_strides = ("stride_vs", "stride_ls", "stride_qdh", "stride_kdh", "stride_vdh")  # == 1: constexpr
     rows = []
-    for d, causal in dict.fromkeys((d, c) for d, c, _, _ in QUICK_CASES):
-        for tag, cfg in quick_candidates(d, causal):
-            const = dict(GROUP=1, HEAD_DIM=d, HEAD_DIM_PAD=d, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
-                         CAUSAL=causal, VARLEN=False, USE_TMA=False, V_TRANSPOSED=True,
-                         WARP_SPECIALIZE=cfg.warp_specialize, MAX_OFFSET=A.FA3_MAX_OFFSET,
-                         MASKED_STAGES=cfg.masked_stages or None, PIPELINE_QK=cfg.pipeline_qk,
-                         PERMUTE_KEYS=cfg.permute_keys, ROUND_IN_FP32=False,
-                         **dict.fromkeys(unit_strides, 1))
-            sig = {p: "constexpr" if p in const else ptr.get(p, "fp32" if p == "softmax_scale_log2" else "i32")
-                   for p in params}
-            attrs = {(i,): [["tt.divisibility", 16]] for i, p in enumerate(params) if sig[p] not in ("constexpr", "fp32")}
-            opts = dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages,
-                        **({"maxnreg": cfg.maxnreg} if cfg.maxnreg else {}))
-            t0 = time.time()
-            k = triton.compile(ASTSource(kern, sig, const, attrs), target=GPUTarget("cuda", 90, 128), options=opts)
-            with tempfile.TemporaryDirectory() as tmp:
-                cubin, ptx = Path(tmp) / "k.cubin", Path(tmp) / "k.ptx"
-                cubin.write_bytes(k.asm["cubin"])
-                ptx.write_text(k.asm["ptx"])
-                sh = lambda *cmd: subprocess.run([str(c) for c in cmd], capture_output=True, text=True)  # noqa: E731
-                usage = sh(bindir / "cuobjdump", "--dump-resource-usage", cubin).stdout
-                sass = sh(bindir / "nvdisasm", "-c", cubin).stdout
-                notes = ""
-                for ptxas in ("ptxas-blackwell", "ptxas"):  # the one that reads this PTX version
-                    r = sh(bindir / ptxas, "-arch=sm_90a", "-v", ptx, "-o", Path(tmp) / "x.cubin")
-                    if r.returncode == 0:
-                        notes = r.stdout + r.stderr
-                        break
-            reg = re.search(r"REG:(\d+) STACK:(\d+)", usage)
-            ser = re.search(r"serialized due to ([a-z ]+?) in the function", notes)
-            loops = _loop_stats(sass)
-            row = dict(head_dim=d, causal=causal, version=tag, config=cfg.label(),
-                       regs=int(reg.group(1)) if reg else None, stack_bytes=int(reg.group(2)) if reg else None,
-                       shared_bytes=k.metadata.shared, wgmma_serialized=ser.group(1) if ser else None,
-                       on_band=loops[0] if len(loops) > 1 else None, off_band=loops[-1] if loops else None,
-                       compile_s=round(time.time() - t0, 1))
-            rows.append(row)
-            off = row["off_band"] or {}
-            print(f"d={d:<3} {'causal' if causal else 'full':<6} {tag} {row['config']:<20} regs {row['regs']} "
-                  f"stack {row['stack_bytes']} smem {row['shared_bytes']} off-band instr {off.get('instr')} "
-                  f"STL {off.get('stl')} LDL {off.get('ldl')} serialized: {row['wgmma_serialized'] or 'no'}", flush=True)
+    for d, causal, tag, cfg in inspect_configs():
+        const = dict(GROUP=1, HEAD_DIM=d, HEAD_DIM_PAD=d, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
+                     CAUSAL=causal, VARLEN=False, USE_TMA=False, V_TRANSPOSED=True,
+                     WARP_SPECIALIZE=cfg.warp_specialize, MAX_OFFSET=A.FA3_MAX_OFFSET,
+                     MASKED_STAGES=cfg.masked_stages or None, PIPELINE_QK=cfg.pipeline_qk,
+                     PERMUTE_KEYS=cfg.permute_keys, ROUND_IN_FP32=False,
+                     **dict.fromkeys(unit_strides, 1))
+        sig = {p: "constexpr" if p in const else ptr.get(p, "fp32" if p == "softmax_scale_log2" else "i32")
+               for p in params}
+        attrs = {(i,): [["tt.divisibility", 16]] for i, p in enumerate(params) if sig[p] not in ("constexpr", "fp32")}
+        opts = dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+                    **({"maxnreg": cfg.maxnreg} if cfg.maxnreg else {}))
+        t0 = time.time()
+        k = triton.compile(ASTSource(kern, sig, const, attrs), target=GPUTarget("cuda", 90, 128), options=opts)
+        with tempfile.TemporaryDirectory() as tmp:
+            cubin, ptx = Path(tmp) / "k.cubin", Path(tmp) / "k.ptx"
+            cubin.write_bytes(k.asm["cubin"])
+            ptx.write_text(k.asm["ptx"])
+            sh = lambda *cmd: subprocess.run([str(c) for c in cmd], capture_output=True, text=True)  # noqa: E731
+            usage = sh(bindir / "cuobjdump", "--dump-resource-usage", cubin).stdout
+            sass = sh(bindir / "nvdisasm", "-c", cubin).stdout
+            notes = ""
+            for ptxas in ("ptxas-blackwell", "ptxas"):  # the one that reads this PTX version
+                r = sh(bindir / ptxas, "-arch=sm_90a", "-v", ptx, "-o", Path(tmp) / "x.cubin")
+                if r.returncode == 0:
+                    notes = r.stdout + r.stderr
+                    break
+        reg = re.search(r"REG:(\d+) STACK:(\d+)", usage)
+        ser = re.search(r"serialized due to ([a-z ]+?) in the function", notes)
+        loops = _loop_stats(sass)
+        row = dict(head_dim=d, causal=causal, version=tag, config=cfg.label(),
+                   regs=int(reg.group(1)) if reg else None, stack_bytes=int(reg.group(2)) if reg else None,
+                   shared_bytes=k.metadata.shared, wgmma_serialized=ser.group(1) if ser else None,
+                   on_band=loops[0] if len(loops) > 1 else None, off_band=loops[-1] if loops else None,
+                   compile_s=round(time.time() - t0, 1))
+        rows.append(row)
+        off = row["off_band"] or {}
+        print(f"d={d:<3} {'causal' if causal else 'full':<6} {tag} {row['config']:<20} regs {row['regs']} "
+              f"stack {row['stack_bytes']} smem {row['shared_bytes']} off-band instr {off.get('instr')} "
+              f"STL {off.get('stl')} LDL {off.get('ldl')} P shuffle {off.get('p_shuffle')} "
+              f"serialized: {row['wgmma_serialized'] or 'no'}", flush=True)
     out.mkdir(parents=True, exist_ok=True)
     (out / "inspect_sm90.json").write_text(json.dumps(dict(triton=triton.__version__, rows=rows), indent=1))
 

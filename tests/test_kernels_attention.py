@@ -164,6 +164,7 @@ def test_permuted_keys_give_the_same_result(causal):
     gen = torch.Generator().manual_seed(20 + causal)
     plain, perm = A.AttentionConfig(16, 32, 4, 2), A.AttentionConfig(16, 32, 4, 2, permute_keys=True)
     assert perm.label() == "m16n32w4s2-pk"
+    perm_all = A.AttentionConfig(16, 32, 4, 2, masked_stages=1, pipeline_qk=True, permute_keys=True)  # with v4's, v5's switches
     for sq, sk, d in ((45, 77, 32), (20, 70, 48), (33, 32, 32)):
         q, k, v = fp8(gen, 2, sq, 4, d), fp8(gen, 2, sk, 2, d), fp8(gen, 2, sk, 2, d)
         ds = descales(gen, 2, 2)
@@ -172,6 +173,7 @@ def test_permuted_keys_give_the_same_result(causal):
         emu = attention_fa3_fp8(q, k, v, *ds, causal=causal, block_n=32)
         if DEV == "cpu":
             assert torch.equal(out_p, out) and torch.equal(lse_p, lse) and torch.equal(out_p, emu), (sq, sk, d)
+            assert torch.equal(fp8_attention(q, k, v, *ds, causal=causal, config=perm_all), out), (sq, sk, d)
         else:
             exact = attention_exact(q, k, v, q_descale=ds[0], k_descale=ds[1], v_descale=ds[2], causal=causal)
             assert rel_l2(out_p, emu) <= 0.6 * rel_l2(emu, exact), (sq, sk, d)

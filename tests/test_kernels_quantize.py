@@ -119,6 +119,28 @@ def test_non_finite_inputs_stay_visible(granularity, schedule):
     assert bits(y)[0, 3, 1, 5] == 0x7F and bits(y)[1, 7, 2, 9] == 0x7F
 
 
+@pytest.mark.filterwarnings("ignore:All-NaN slice:RuntimeWarning")  # the interpreter's max of an all-NaN tile
+@pytest.mark.parametrize("granularity,schedule", [("head", "two-pass"), ("head", "fused"), ("tensor", "two-pass"),
+                                                  ("tensor", "fused"), ("token", "two-pass")])
+def test_all_nan_tiles_stay_out_of_the_amax(granularity, schedule):
+    """A tile whose values of a slice are all NaN (its max is NaN) must not poison the slice's amax:
+    the descale comes from the slice's numbers (1 when it has none), as in the float64 reference.
+    The slices here span several tiles (200 tokens), and tokens 0-99 of one head are all NaN."""
+    gen = torch.Generator().manual_seed(12)
+    x = inputs(gen, 2, 200, 4, 32)
+    x[0, :100, 1, :] = float("nan")  # whole tiles of head 1, numbers after them
+    x[1, :, 2, :] = float("nan")  # a slice with no number at all
+    y, d = quantize_fp8(x, granularity, schedule=schedule)
+    xf = x.float().cpu()
+    mag = xf.nan_to_num(nan=0.0).abs()
+    amax = {"head": mag.amax(dim=(1, 3)), "tensor": mag.amax().expand(2, 4), "token": mag.amax(-1)}[granularity]
+    dref = torch.where(amax > 0, ieee_div(amax, torch.tensor(448.0)), torch.ones_like(amax))
+    assert torch.equal(d.cpu(), dref)
+    ref = cast_ref(ieee_div(xf, dref[..., None] if granularity == "token" else dref[:, None, :, None]))
+    ref[(ref & 0x7F) == 0x7F] = 0x7F
+    assert torch.equal(bits(y), ref)
+
+
 def test_static_matches_vllm_formula_and_saturates():
     gen = torch.Generator().manual_seed(5)
     x = inputs(gen, 2, 19, 4, 32)

@@ -435,9 +435,9 @@ class AttentionConfig:
     `pipeline_qk`: in the off-band loop, issue the next key block's QK^T before this block's
     softmax, so the tensor cores and the exp2 units work at once (v5; same bits).
     `permute_keys`: load K's rows of each block in the order that makes the e4m3 P of the
-    QK^T accumulator the PV MMA's A operand without moving data between threads (FA3's
-    `permute_Cregs_fp8`, applied to K; v10; same bits). Needs pointer loads (no `use_tma`)
-    and block_n a multiple of 32.
+    QK^T accumulator the PV MMA's A operand without moving data between threads (what FA3
+    gets from `permute_Cregs_fp8` and its own V transpose, done on K; v10; same bits). Needs
+    pointer loads (no `use_tma`) and block_n a multiple of 32.
     """
 
     block_m: int = 128
@@ -468,8 +468,9 @@ def attention_configs(head_dim: int) -> list[AttentionConfig]:
     """
     C = AttentionConfig
     if head_dim <= 64:
-        cands = [_MEASURED_DEFAULTS[(64, False)], _MEASURED_DEFAULTS[(64, True)], C(128, 128, 4, 3, permute_keys=True),
-                 C(64, 128, 4, 4, maxnreg=168, permute_keys=True), *V4_CANDIDATES[(64, False)],
+        cands = [_MEASURED_DEFAULTS[(64, False)], _MEASURED_DEFAULTS[(64, True)],
+                 C(64, 128, 4, 3, maxnreg=168, permute_keys=True), C(64, 128, 4, 4, maxnreg=168, permute_keys=True),
+                 *V4_CANDIDATES[(64, False)],
                  C(64, 64, 4, 4, maxnreg=128), C(128, 64, 4, 3)]
         return list(dict.fromkeys(cands))
     if head_dim <= 128:
@@ -484,10 +485,11 @@ def attention_configs(head_dim: int) -> list[AttentionConfig]:
 # H200 sweeps (scripts/gpu_bench.py; docs/kernel-notes.md v2, v4, v5, v6, v10). v10 (two runs,
 # results/h200/bench_v10_*): `permute_keys` everywhere but head dim 128 non-causal (a tie there),
 # block_n 128 at head dim 128 causal (the one-compare mask ended its spills), and at head dim 64
-# non-causal the 128-row tile (fewer instructions per score than 64 rows once P needs no shuffles).
+# the 128-row tile (fewer instructions per score than 64 rows once P needs no shuffles; causal, it
+# gave up 1-2 % at 4k for 2-5 % at 16k: the better worst case in all three runs).
 _MEASURED_DEFAULTS: dict[tuple[int, bool], AttentionConfig] = {
     (64, False): AttentionConfig(128, 128, 4, 4, permute_keys=True),  # v10: 0.89-0.94x FA3 (v9: 0.80-0.87x)
-    (64, True): AttentionConfig(64, 128, 4, 3, maxnreg=168, permute_keys=True),  # v10: 0.89-0.97x (0.85-0.93x)
+    (64, True): AttentionConfig(128, 128, 4, 3, permute_keys=True),  # v10: 0.91-0.95x in three runs (v9: 0.84-0.91x)
     (128, False): AttentionConfig(128, 128, 4, 3),  # v2; with permute_keys within +-1.6 % in two runs
     (128, True): AttentionConfig(128, 128, 4, 3, permute_keys=True),  # v10: 0.88-0.93x (v9: 0.81-0.86x)
     (256, False): AttentionConfig(128, 64, 8, 4, permute_keys=True),  # v10: +1-4 %; the Gluon kernel is faster

@@ -24,9 +24,9 @@ a stride-0 expand of one value. A zero amax gives descale 1 (nothing to scale).
 Values are divided by the descale, correctly rounded (one reciprocal per scale and
 Markstein's two-FMA correction per value on the GPU, IEEE ``div_rn`` under the
 interpreter: the same bits), clamped to +-448 (NaN stays NaN and is left out of the
-amax, unless a whole tile is NaN; an inf makes its slice's descale inf) and rounded to
-nearest even; under ``TRITON_INTERPRET=1`` the rounding is done in float32 first
-(`round_to_e4m3`), because the interpreter's own cast is wrong on carries.
+amax, so a slice with no number gets descale 1; an inf makes its slice's descale inf)
+and rounded to nearest even; under ``TRITON_INTERPRET=1`` the rounding is done in
+float32 first (`round_to_e4m3`), because the interpreter's own cast is wrong on carries.
 
 Measured on an H200 (docs/kernel-notes.md v5 and v7; 128 MiB of bf16, CUDA-graph
 replays so the host's launch overhead is out; copy = 4.15 TB/s), in useful bytes (3 per
@@ -99,6 +99,15 @@ def _tile(pid_t, b, CU, seqlen_batched, stride_b, stride_s, stride_h,
 
 
 @triton.jit
+def _tile_max_abs(x):
+    """max |x| over the last axis of a 3-D tile, as float32. The max skips NaN (maxnum) unless every
+    value is NaN; then it is 0 here, so a run of NaN cannot make its slice's amax NaN (or, through
+    the integer order of float bits in the atomic max and the fused table, larger than every number)."""
+    a = tl.max(tl.abs(x.to(tl.float32)), 2)
+    return tl.where(a == a, a, 0.0)
+
+
+@triton.jit
 def _amax_kernel(X, AMAX, CU, group, seqlen, stride_b, stride_s, stride_h, stride_ab, stride_ah,
                  BLOCK_T: tl.constexpr, H_PAD: tl.constexpr, H: tl.constexpr, D_PAD: tl.constexpr,
                  D: tl.constexpr, VARLEN: tl.constexpr, PER_TENSOR: tl.constexpr):
@@ -106,7 +115,7 @@ def _amax_kernel(X, AMAX, CU, group, seqlen, stride_b, stride_s, stride_h, strid
     b = tl.program_id(1)
     offs, mask = _tile(tl.program_id(0), b, CU, seqlen, stride_b, stride_s, stride_h,
                        BLOCK_T, H_PAD, H, D_PAD, D, VARLEN)
-    a = tl.max(tl.max(tl.abs(tl.load(X + offs, mask=mask, other=0.0).to(tl.float32)), 2), 0)  # (H_PAD,)
+    a = tl.max(_tile_max_abs(tl.load(X + offs, mask=mask, other=0.0)), 0)  # (H_PAD,)
     if PER_TENSOR:
         tl.atomic_max(AMAX, tl.max(a, 0))  # |x| >= 0, so a float atomic max is exact
     else:
@@ -218,8 +227,7 @@ def _slices_amax(X, CU, s0, s1, nblocks, n_kv, seqlen, stride_b, stride_s, strid
         for i in range(0, nblocks):
             offs, mask, _, _ = _slice_tile(s, i, n_kv, CU, seqlen, stride_b, stride_s, stride_h,
                                            BLOCK_T, G_PAD, G, D_PAD, D, VARLEN)
-            x = tl.abs(tl.load(X + offs, mask=mask, other=0.0).to(tl.float32))
-            m = tl.maximum(m, tl.max(tl.max(tl.max(x, 2), 1), 0))
+            m = tl.maximum(m, tl.max(tl.max(_tile_max_abs(tl.load(X + offs, mask=mask, other=0.0)), 1), 0))
     return m
 
 
@@ -269,7 +277,7 @@ def _fused_kernel(X, Y, DESCALE, TABLE, CU, slices, lag, nblocks, n_kv, seqlen, 
             if i == 0:
                 tl.store(DESCALE + b * stride_db + kvh * stride_dh, d)
     else:
-        a = tl.max(tl.max(tl.max(tl.abs(x.to(tl.float32)), 2), 1), 0)
+        a = tl.max(tl.max(_tile_max_abs(x), 1), 0)
         tl.store(TABLE + s * nblocks + i, (1 << 32) | a.to(tl.int32, bitcast=True).to(tl.int64))
 
 
