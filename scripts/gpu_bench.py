@@ -738,11 +738,11 @@ def ws_summary(run: Run) -> None:
 
 
 # v10 (sixth session). Offline sm_90 compiles (triton 3.6), no GPU:
-# - the causal mask as one compare per score: the on-band loop loses 19-24 % of its instructions
+# - the causal mask as one compare per score: the on-band loop loses 18-24 % of its instructions
 #   at the causal defaults, non-causal builds are byte-identical, and block_n 128 at head dim 128
 #   causal no longer spills (stack 1048 -> 96 bytes), so the non-causal tile is a causal candidate;
 # - `permute_keys` (-pk): K's rows loaded in the order that turns P's shuffle into a register
-#   renaming; the off-band loop loses 6-11 % of its instructions (no SHFL.IDX/SEL/PRMT left).
+#   renaming; the off-band loop loses 5-12 % of its instructions (no SHFL.IDX/SEL/PRMT left).
 # The two exploration runs (bench_v10_explore*.json) timed, besides the default: -pk versions of
 # the v9 defaults, m64n128w4s{3,4}-r168-pk, m128n128w4s{3,4}-pk (64), m128n128w{4,8}s3(-pk),
 # m64n128w4s3-pk, m128n64w4s3-pk (128), m128n64w8s{3,4}-pk, m128n64w8s3-pq-pk (256). What follows
