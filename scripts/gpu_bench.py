@@ -543,12 +543,19 @@ def derive_grid(raw_path: Path) -> Path:
     return out
 
 
-def v5_summary(run: Run, section: str = "v5") -> None:
-    rows = run.sections.get(section, [])
-    bad = [r for r in rows if r.get("section") == "correctness" and ("error" in r or not r["ratio"] < 0.5)]
-    print(f"\nv5 correctness: {sum(r.get('section') == 'correctness' for r in rows)} rows, flagged {len(bad)}")
+def report_checks(name: str, rows: list[dict], bound: float = 0.5, also_bad=lambda r: False) -> None:
+    """Print how many correctness rows `rows` holds and each flagged one: an error, |ours - emulation|
+    not below `bound` x the emulation's own error, or `also_bad(row)`."""
+    checks = [r for r in rows if r.get("section", "correctness") == "correctness"]
+    bad = [r for r in checks if "error" in r or not r.get("ratio", math.inf) < bound or also_bad(r)]
+    print(f"\n{name} correctness: {len(checks)} rows, flagged {len(bad)}")
     for r in bad:
         print("  ", r)
+
+
+def v5_summary(run: Run, section: str = "v5") -> None:
+    rows = run.sections.get(section, [])
+    report_checks("v5", rows)
     speed = [r for r in rows if r.get("section") == "speed" and "tflops" in r]
     by_case: dict[str, dict[str, tuple[str, float]]] = {}
     for r in speed:
@@ -720,10 +727,7 @@ def ws(run: Run, prov: dict, dims: tuple[int, ...] = (64, 128, 256)) -> None:
 
 def ws_summary(run: Run) -> None:
     rows = run.sections.get("ws", [])
-    bad = [r for r in rows if r.get("section") == "correctness" and ("error" in r or not r["ratio"] < 0.6)]
-    print(f"\nws correctness: {sum(r.get('section') == 'correctness' for r in rows)} rows, flagged {len(bad)}")
-    for r in bad:
-        print("  ", r)
+    report_checks("ws", rows, bound=0.6)
     by_case: dict[str, dict[str, float]] = {}
     for r in rows:
         if r.get("section") == "speed" and "tflops" in r:
@@ -889,12 +893,8 @@ def v10_summary(run: Run) -> None:
     import statistics
 
     rows = run.sections.get("v10", [])
-    checks = [r for r in rows if r.get("section") == "correctness"]
-    bad = [r for r in checks if "error" in r or not r["ratio"] < 0.5
-           or (r.get("same_bits_as_v9") is False and not r["config"].endswith("-pk"))]
-    print(f"\nv10 correctness: {len(checks)} rows, flagged {len(bad)}")
-    for r in bad:
-        print("  ", r)
+    report_checks("v10", rows, also_bad=lambda r: r.get("same_bits_as_v9") is False
+                  and not r.get("config", "").endswith("-pk"))
     by_case: dict[str, dict[str, list[float]]] = {}
     for r in rows:
         if r.get("section") == "speed" and "tflops" in r:
@@ -1011,10 +1011,7 @@ def inspect_offline(out: Path) -> None:
 
 def quick_summary(run: Run) -> None:
     rows = run.sections.get("quick", [])
-    bad = [r for r in rows if r.get("section") == "correctness" and ("error" in r or not r["ratio"] < 0.5)]
-    print(f"\nquick correctness: {sum(r.get('section') == 'correctness' for r in rows)} rows, flagged {len(bad)}")
-    for r in bad:
-        print("  ", r)
+    report_checks("quick", rows)
     speed = [r for r in rows if r.get("section") == "speed" and "tflops" in r]
     fa3 = {r["case"]: r["tflops"] for r in speed if r["provider"] == "fa3-fwd FP8"}
     print(f"{'case':<26} {'version':<6} {'config':<20} {'TFLOP/s':>8} {'x FA3':>6}")
@@ -1032,10 +1029,7 @@ def summary(run: Run) -> None:
               f"{other.get((r['case'], 'fa3-fwd bf16')) or 0:7.0f}  {other.get((r['case'], 'vLLM FA3 FP8 varlen')) or 0:7.0f}")
     for r in run.sections.get("quant", []):
         print(r)
-    bad = [r for r in run.sections.get("correctness", []) if "error" in r or not r.get("ratio", 1) < 0.5]
-    print(f"correctness rows: {len(run.sections.get('correctness', []))}, flagged: {len(bad)}")
-    for r in bad:
-        print("  ", r)
+    report_checks("grid run", run.sections.get("correctness", []))
 
 
 def main() -> None:
