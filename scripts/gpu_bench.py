@@ -761,6 +761,16 @@ V10_CANDIDATES: dict[tuple[int, bool], list[str]] = {
 }
 
 
+def set_candidates(spec: str) -> None:
+    """--candidates: 'D[c]:LABEL,...' replaces V10_CANDIDATES' lists for the (D, causal) named."""
+    new: dict[tuple[int, bool], list[str]] = {}
+    for item in filter(None, spec.split(",")):
+        key, _, label = item.partition(":")
+        _c(label)  # a bad label fails here, before any device time is spent
+        new.setdefault((int(key.rstrip("c")), key.endswith("c")), []).append(label)
+    V10_CANDIDATES.update(new)
+
+
 def _v9_module(name: str):
     """The v9 kernels (`fp8lab/kernels/_v9_<name>.py`, copied from commit bf5b2c4 by the session
     script) to time against in the same run; None when absent."""
@@ -1052,6 +1062,9 @@ def main() -> None:
     ap.add_argument("--quant", action="store_true", help="only the quantization section (~2 min)")
     ap.add_argument("--dims", default="64,128,256", help="--ws, --v10: head dims to run (correctness and grid)")
     ap.add_argument("--repeats", type=int, default=3, help="--v10: interleaved timing rounds per case")
+    ap.add_argument("--candidates", default="",
+                    help="--v10: replace its candidates, e.g. '128:m128n128w8s2-pq,128c:m64n128w4s2-pq-pk' "
+                         "(head dim, c for causal, config label); cases not named keep their list")
     ap.add_argument("--derive-grid", metavar="RAW_JSON",
                     help="no GPU: write bench_v5_grid.json from a --v5 run's raw JSON (see derive_grid)")
     ap.add_argument("--inspect", action="store_true",
@@ -1059,6 +1072,7 @@ def main() -> None:
                          "spills and wgmma serialization (writes inspect_sm90.json)")
     args = ap.parse_args()
     out = Path(args.out)
+    set_candidates(args.candidates)
     if args.inspect:
         inspect_offline(out)
         return
