@@ -29,7 +29,7 @@
 # %% tags=["parameters"]
 smoke: bool = False  # CI: the same recorded data, nothing heavy either way
 results_dir: str = "auto"  # auto: results/h200 of this checkout
-record_version: str = "v10"  # which run's grid to show (v10: the last complete grid; v5, v2 ... earlier)
+record_version: str = "v11"  # which run's grid to show (v11: the last complete grid; v10, v5, v2 ... earlier)
 run_live: bool = False  # on a Hopper GPU, also time our kernel on one case now
 live_seqlen: int = 8192  # the live case: 16384 // live_seqlen sequences of this length
 live_head_dim: int = 128
@@ -72,7 +72,8 @@ table
 # FLOPs follow FlashAttention's convention, `4·b·s²·h·d`, halved for causal
 # masks. `fp8lab` times the Triton kernel with V already pre-transposed (older grids also
 # have `fp8lab+transpose`, which pays `pretranspose_v` on every call: notebook 08's V
-# layout lesson); from v10 on, `fp8lab ws` is the Gluon kernel at head dim 256.
+# layout lesson). `fp8lab ws` is the Gluon kernel: at head dim 256 in v10, at every head dim in
+# v11, there with V^T from `key_ordered_vt` (notebook 08, section (j)).
 
 # %%
 for d in (64, 128, 256):
@@ -83,20 +84,24 @@ for d in (64, 128, 256):
 # ## (b) Against the targets
 #
 # The issue asked for at least 0.9x FA3 FP8, and for beating FA3 bf16 and vLLM's FP8
-# varlen path everywhere.
+# varlen path everywhere. "fastest fp8lab" is the faster of the two kernels per case (the
+# Triton kernel alone where the grid has no Gluon row).
 
 # %%
-ratios = pd.DataFrame(bench.ratio_table(grid.to_dict("records"), "fp8lab", "fa3-fwd FP8"))
+kernels = [k for k in ("fp8lab", "fp8lab ws") if k in table]
+fastest = grid[grid["provider"].isin(kernels)].sort_values("tflops").drop_duplicates("case", keep="last")
+rows = grid.to_dict("records") + fastest.assign(provider="fastest fp8lab").to_dict("records")
+ratios = pd.DataFrame(bench.ratio_table(rows, "fastest fp8lab", "fa3-fwd FP8"))
 meta = grid.drop_duplicates("case").set_index("case")[["head_dim", "seqlen", "causal"]]
-ratios = ratios.join(meta, on="case")
-if "fp8lab ws" in table:  # the faster of fp8lab's two kernels, per case
-    best = table[["fp8lab", "fp8lab ws"]].max(axis=1) / table["fa3-fwd FP8"]
-    print(f"fastest fp8lab kernel per case: {best.min():.2f}-{best.max():.2f}x FA3 FP8, "
-          f">= 0.9 in {(best >= 0.9).sum()} of {len(best)}")
-beats = table["fp8lab"].gt(table["fa3-fwd bf16"]).rename("beats FA3 bf16").to_frame()
-beats["beats vLLM FP8 varlen"] = table["fp8lab"].gt(table["vLLM FA3 FP8 varlen"])
-summary = ratios.set_index("case")[["ratio"]].join(beats)
-print(f"ratio to FA3 FP8: min {ratios['ratio'].min():.2f}, max {ratios['ratio'].max():.2f}; "
+ratios = ratios.join(meta, on="case").join(fastest.set_index("case")["provider"].rename("kernel"), on="case")
+best = ratios.set_index("case")["fastest fp8lab"]
+beats = best.gt(table["fa3-fwd bf16"]).rename("beats FA3 bf16").to_frame()
+beats["beats vLLM FP8 varlen"] = best.gt(table["vLLM FA3 FP8 varlen"])
+summary = ratios.set_index("case")[["kernel", "ratio"]].join(beats)
+for k in kernels:
+    print(f"{k:>9}: {(table[k] / table['fa3-fwd FP8']).min():.2f}-{(table[k] / table['fa3-fwd FP8']).max():.2f}x "
+          f"FA3 FP8 where timed")
+print(f"fastest fp8lab kernel per case: {ratios['ratio'].min():.2f}-{ratios['ratio'].max():.2f}x FA3 FP8; "
       f"cases >= 0.9: {(ratios['ratio'] >= 0.9).sum()} of {len(ratios)}")
 print(f"beats FA3 bf16 in {summary['beats FA3 bf16'].sum()} of {len(summary)} cases, "
       f"vLLM FP8 varlen in {summary['beats vLLM FP8 varlen'].sum()}")
@@ -106,17 +111,20 @@ summary
 # %%
 for causal in (False, True):
     plots.plot_ratio(ratios[ratios["causal"] == causal])
-    plt.title(("causal" if causal else "non-causal") + ": fp8lab / FA3 FP8; the 0.9 target is not reached")
+    met = (ratios.loc[ratios["causal"] == causal, "ratio"] >= 0.9).sum()
+    plt.title(("causal" if causal else "non-causal") + f": fastest fp8lab / FA3 FP8; 0.9 met in {met} of 9")
     plt.show()
 
 # %% [markdown]
-# Read honestly: in the v10 grid the target is met in 5 of 18 cases (7 in v10's other run;
-# docs/kernel-notes.md has the whole record). Head dim 64 comes closest since v10 removed
-# P's register shuffle (notebook 08, section (i)); head dim 256 is furthest, where even the
-# Gluon kernel stays at 0.78-0.86x. Both vLLM's FP8 varlen path and FA3 bf16 are behind in
-# every case. Select `record_version="v5"` for the grid before v10 (0.75-0.92x), or "v2":
-# that one looks much worse because its timed calls still held six device syncs in the
-# input checks, which the v5 run measured directly (next cell).
+# Read honestly: in the v11 grid the target is met in 10 of 18 cases (v10: 5). Head dim 128
+# is met in five of six (4k tokens causal: 0.88x), by the Gluon kernel since v11 counted its
+# instructions (notebook 08, section (j)); head dim 64 in four of six, by the Triton kernel since
+# v10 removed P's register shuffle (section (i)); head dim 256 only causal at 8k (0.80-0.90x),
+# the farthest. FA3's own numbers move by up to ~8 % between runs, so a case within a few per
+# cent of 0.9 is not settled by one grid. Both vLLM's FP8 varlen path and FA3 bf16 are behind
+# in every case. Select `record_version="v10"`, `"v5"` (0.75-0.92x) or `"v2"`: that one looks
+# much worse because its timed calls still held six device syncs in the input checks, which the
+# v5 run measured directly (next cell).
 
 # %%
 raw = bench.load_results(rdir / "bench_v5_raw.json")["rows"]

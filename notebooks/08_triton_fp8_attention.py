@@ -28,7 +28,8 @@
 # - **(f)** FP8 step 4, the V layout FP8 MMAs need, and what it costs;
 # - **(g)** how the kernel was tuned and what each step bought, from the record;
 # - **(h)** FA3's warp-specialized structure, written out in Gluon;
-# - **(i)** FP8 step 5, P's register layout: the shuffle FA3 avoids, and how we avoid it too.
+# - **(i)** FP8 step 5, P's register layout: the shuffle FA3 avoids, and how we avoid it too;
+# - **(j)** the Gluon kernel's loop read instruction by instruction: where to cast P, and V in key order.
 
 # %% tags=["parameters"]
 smoke: bool = False  # CI: tiny shapes (the interpreter is slow)
@@ -357,6 +358,57 @@ v10_table
 # found what the scheduling experiments of (h) had not.
 
 # %% [markdown]
+# ## (j) The Gluon kernel's loop, read instruction by instruction (v11)
+#
+# The same counting, done on the Gluon kernel of (h), found two things (offline sm_90 compiles,
+# `docs/kernel-notes.md`, v11). At head dim 128 its main loop was 826 instructions per 128-key block
+# and consumer; 253 of them were `PRMT`/`LOP3`/`SHFL.IDX`/`SEL`:
+# - **Where P is cast.** The kernel cast P to e4m3 at the end of the softmax and carried it into
+#   the next iteration, whose PV wgmma uses it. A loop-carried e4m3 tensor lives one byte per
+#   32-bit register, so every iteration re-packed 64 bytes into the A operand's words. Casting
+#   P right before its MMA (P crosses the loop in float32) removes that: 638 instructions.
+# - **P's layout, the V side.** The Gluon kernel loads K by TMA, which cannot reorder rows within
+#   a tile, so `permute_keys` of (i) is out of reach. The PV product only needs P's columns and
+#   V's keys to be in the *same* order, though: relabel P with the same `in_key_order` (free in
+#   registers) and store V^T's keys in that order once, when V is transposed anyway.
+#   `fp8lab.kernels.key_ordered_vt(v)` is that copy; `fp8_attention_ws` takes it
+#   in place of `pretranspose_v(v)`: 589 instructions, and no shuffle left.
+#
+# Where does each key land? V = identity makes V^T a permutation matrix:
+
+# %%
+from fp8lab.kernels import key_ordered_vt  # noqa: E402
+
+eye = torch.eye(32).reshape(1, 32, 1, 32).to(torch.float8_e4m3fn)  # v[0, key, 0, j] = (key == j)
+moved = key_ordered_vt(eye).data[0, 0].float()  # (head_dim j, key column): a 1 where key j landed
+landing = moved.argmax(dim=1)
+assert torch.equal(landing, explain.key_order_values(32, device=dev).long()), "not the kernel's key_order"
+print("key   :", list(range(16)))
+print("column:", landing[:16].tolist())
+
+# %% [markdown]
+# The same `key_order` as (i), now applied to V instead of K. Both changes keep every bit: on the
+# H200 the new kernel's outputs equal v10's in all 24 checks of the run below, with and without
+# the key-ordered V (the MMA's sum over 32 keys did not depend on their order). Measured against
+# v10's Gluon kernel in the same run (`results/h200/bench_v11_ws1.json`):
+
+# %%
+v11 = explain.v11_record(rdir)
+plots.plot_ws(v11, title="v11: the Gluon kernel against v10's and the Triton kernel (same run)")
+plt.show()
+v11_table = v11.pivot_table(index="case", columns="kernel", values="ratio", sort=False, observed=True).round(2)
+record("v11_gluon_ratio_to_fa3_fp8", {c: float(r) for c, r in v11_table["v11 Gluon, + key-ordered V"].items()})
+v11_table
+
+# %% [markdown]
+# +18-21 % at head dim 128, where the Gluon kernel now passes the Triton kernel (0.88-0.92x FA3
+# FP8 here, 0.91-0.97x in the next run with four stages when non-causal; at 4k tokens causal the
+# two kernels trade places from run to run), and +23-27 % at 64, where the Triton kernel stays
+# faster. At 256, 128-key tiles hold P in float32 across the loop and spill, so v11 goes back to
+# 64 keys: -1 to +7 % over v10, 0.81-0.94x. On Hopper, at head dims 128 and 256,
+# `fp8_attention_ws(q, k, key_ordered_vt(v), ...)` is fp8lab's fastest call.
+
+# %% [markdown]
 # ## Summary
 #
 # - The kernel is FA3's FP8 forward: descales folded into the exp2-domain scale,
@@ -366,7 +418,10 @@ v10_table
 # - The max offset matters only where P goes subnormal: peaked rows, long contexts.
 # - FP8 MMAs want V key-contiguous: transposing once is cheap, per tile is not.
 # - FP8 MMAs want P's keys in a different register order than the scores come in: loading K's
-#   rows permuted makes the change free (`permute_keys`, v10).
+#   rows permuted makes the change free (`permute_keys`, v10), and so does storing V^T's keys
+#   in that order (`key_ordered_vt`, v11, for the Gluon kernel whose K comes by TMA).
+# - Count instructions before tuning: a loop-carried e4m3 tensor cost the Gluon kernel a
+#   fifth of its loop (v11).
 #
 # ## Exercises
 #
@@ -378,12 +433,14 @@ v10_table
 #    e4m3 value? Set `answer_3` to that P.
 # 4. With `permute_keys`, thread 1 of a quad holds score columns 2, 3, 10, 11, ...: which key
 #    does its column 10 hold? Set `answer_4` (hint: write 10 as 16a + 8b + 2t + e).
+# 5. In `key_ordered_vt(v)`, at which column of its group of 32 is key 6 stored? Set `answer_5`.
 
 # %%
 answer_1 = None  # a ratio
 answer_2 = None  # keys per block
 answer_3 = None  # a number
 answer_4 = None  # a key index in 0..31
+answer_5 = None  # a column in 0..31
 
 # %% tags=["solution", "hide-input"]
 # Solution (collapsed): computed, not typed in.
@@ -395,6 +452,8 @@ if answer_3 is None:
     answer_3 = 2.0 ** A.FA3_MAX_OFFSET  # exp2(s - (max - 8)) at s = max
 if answer_4 is None:
     answer_4 = 16 * 0 + 4 * 1 + 2 * 1 + 0  # 10 = 16a + 8b + 2t + e with a=0, b=1, t=1, e=0 -> 16a + 4t + 2b + e
+if answer_5 is None:
+    answer_5 = 16 * 0 + 4 * 3 + 2 * 0 + 0  # key 6 = 16a + 8b + 2t + e with t=3 -> column 16a + 4t + 2b + e
 
 # %%
 err0 = float(rel_l2(fp8_attention(qp, kp, vp, *dp, max_offset=0.0), exact_p))
@@ -406,4 +465,5 @@ if dev.type == "cpu":
 assert cast_to_fp8(torch.tensor([answer_3])).item() == answer_3 == 2.0 ** 8, "P = 2^max_offset at the row max"
 held = layout.loc[1, "keys held, permute_keys"][layout.loc[1, "accumulator columns"].index(10)]
 assert answer_4 == held, "the kernel's key_order puts another key in column 10"
-print(f"1: {answer_1:.3f}x   2: block_n {answer_2}   3: {answer_3:.0f}   4: key {answer_4}")
+assert answer_5 == int(landing[6]), "key_ordered_vt stores key 6 elsewhere"
+print(f"1: {answer_1:.3f}x   2: block_n {answer_2}   3: {answer_3:.0f}   4: key {answer_4}   5: column {answer_5}")

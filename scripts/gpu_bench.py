@@ -761,25 +761,128 @@ V10_CANDIDATES: dict[tuple[int, bool], list[str]] = {
 }
 
 
-def set_candidates(spec: str) -> None:
-    """--candidates: 'D[c]:LABEL,...' replaces V10_CANDIDATES' lists for the (D, causal) named."""
+# v11 (seventh session): the Gluon kernel's main loop, read offline (triton 3.6 sm_90 SASS). At d=128
+# it was 826 instructions per 128-key block and consumer, 253 of them PRMT/LOP3/SHFL.IDX/SEL: P was
+# cast to e4m3 at the end of the softmax and carried across the loop's back edge as one byte per
+# register, then repacked byte by byte before its MMA. Casting next to the MMA: 638 (d=64 785 -> 604,
+# d=256 884 -> 713 with a few spills). With V^T in key order (`key_ordered_vt`) P's conversion moves no
+# register: 589 (d=64 555, d=256 663). The same loop of the Triton kernel is 494 for 64 rows.
+V11_WS_CANDIDATES: dict[tuple[int, bool], list[str]] = {}  # --ws-candidates: labels per (head dim, causal)
+
+
+def _wc(label: str) -> tuple["object", bool]:
+    """(WsConfig, key-ordered V) from a label like 'ws-n64s4-pp-ru-kv'."""
+    import re
+
+    from fp8lab.kernels import attention_ws as W
+
+    m = re.fullmatch(r"ws-n(\d+)s(\d+)((?:-[a-z]+)*)", label)
+    if not m:
+        raise ValueError(f"ws config label: expected like 'ws-n128s3-pp-kv', got {label!r}")
+    opts = m.group(3).split("-")
+    return W.WsConfig(block_n=int(m.group(1)), stages=int(m.group(2)), pingpong="pp" in opts,
+                      rescale_under_mma="ru" in opts), "kv" in opts
+
+
+def v11_ws_candidates(d: int, causal: bool) -> list[tuple[str, "object", bool]]:
+    """(tag, WsConfig, key-ordered V) for --v11: the default tile cast late, with and without the
+    key-ordered V, and at 256 also FA3's old 64-key tile (no spills there); or what --ws-candidates
+    names for the case."""
+    from fp8lab.kernels import attention_ws as W
+
+    if (d, causal) in V11_WS_CANDIDATES:
+        return [("ws", *_wc(label)) for label in V11_WS_CANDIDATES[(d, causal)]]
+    base = W.default_ws_config(d, causal)
+    out = [("ws", base, False), ("ws", base, True)]
+    if d == 256:
+        out += [("ws", W.WsConfig(block_n=64, stages=4), True)]
+    return out
+
+
+def v11(run: Run, prov: dict, dims: tuple[int, ...] = (64, 128, 256), repeats: int = 3) -> None:
+    """--v11: the Gluon kernel cast late and with key-ordered V against v10's Gluon kernel
+    (`fp8lab/kernels/_v10_attention_ws.py`, copied from the last commit by the session command),
+    the Triton default, fa3-fwd FP8 and vLLM, `repeats` interleaved rounds per case."""
+    from fp8lab.kernels import attention_ws as W
+    from fp8lab.reference.fa3 import attention_fa3_fp8
+
+    old = _old_module("v10", "attention_ws")
+    gen = torch.Generator(device="cuda").manual_seed(11)
+    rows: list[dict] = []
+    for name, causal, (q, k, v, qd, kd, vd), vt, exact in check_inputs(dims, gen):
+        d = q.shape[-1]
+        kv = W.key_ordered_vt(v)
+        ref = None
+        if old is not None:
+            ref = old.fp8_attention_ws(q, k, vt, q_descale=qd, k_descale=kd, v_descale=vd, causal=causal)
+        for tag, cfg, keyed in v11_ws_candidates(d, causal):
+            label = cfg.label() + "-kv" * keyed
+            try:
+                emu = attention_fa3_fp8(q, k, v, qd, kd, vd, block_n=cfg.block_n, causal=causal)
+                out, lse = W.fp8_attention_ws(q, k, kv if keyed else vt, q_descale=qd, k_descale=kd, v_descale=vd,
+                                              causal=causal, config=cfg)
+                e_emu, e_exact = rel_l2(out, emu), rel_l2(emu, exact)
+                row = dict(section="correctness", case=name, version=tag, config=label, ours_vs_emu=e_emu,
+                           emu_vs_exact=e_exact, ratio=e_emu / max(e_exact, 1e-30),
+                           finite=bool(torch.isfinite(out).all()))
+                if ref is not None and cfg == W.default_ws_config(d, causal):
+                    row.update(same_bits_as_v10=bool(torch.equal(out, ref[0]) and torch.equal(lse, ref[1])),
+                               out_bits_differing=float((out != ref[0]).float().mean()))
+            except Exception as e:  # noqa: BLE001
+                row = dict(section="correctness", case=name, version=tag, config=label, error=repr(e)[:300])
+            rows.append(row)
+            print(row, flush=True)
+        run.save("v11", rows)
+
+    for case, x in grid_inputs(run, bench.bench_grid(head_dims=dims), gen, "v11"):
+        d, causal = case.head_dim, case.causal
+        kv = W.key_ordered_vt(x.v)
+
+        def gluon(mod, cfg, v):
+            return lambda: mod.fp8_attention_ws(x.q, x.k, v, q_descale=x.qd, k_descale=x.kd, v_descale=x.vd,
+                                                causal=causal, config=cfg)
+
+        cfg0 = A.default_config(d, causal)
+        timed = [("default", cfg0.label(), lambda: A.fp8_attention(x.q, x.k, x.vt, x.qd, x.kd, x.vd, causal=causal,
+                                                                  config=cfg0))]
+        timed += [(tag, cfg.label() + "-kv" * keyed, gluon(W, cfg, kv if keyed else x.vt))
+                  for tag, cfg, keyed in v11_ws_candidates(d, causal)]
+        if old is not None:
+            timed.append(("v10 ws", W.default_ws_config(d, causal).label(), gluon(old, None, x.vt)))
+        timed += provider_timings(prov, x, case, gen)
+        for rep in range(repeats):
+            time_rows(run, rows, case, timed, min_left=5, rep=rep)
+            run.save("v11", rows)
+
+
+def v11_summary(run: Run) -> None:
+    rows = run.sections.get("v11", [])
+    report_checks("v11", rows, also_bad=lambda r: r.get("same_bits_as_v10") is False)
+    print_round_medians(rows)
+
+
+def set_candidates(spec: str, table: dict | None = None, parse=None) -> None:
+    """--candidates (--ws-candidates): 'D[c]:LABEL,...' replaces V10_CANDIDATES' (V11_WS_CANDIDATES')
+    lists for the (D, causal) named."""
+    table = V10_CANDIDATES if table is None else table
     new: dict[tuple[int, bool], list[str]] = {}
     for item in filter(None, spec.split(",")):
         key, _, label = item.partition(":")
-        _c(label)  # a bad label fails here, before any device time is spent
+        (parse or _c)(label)  # a bad label fails here, before any device time is spent
         new.setdefault((int(key.rstrip("c")), key.endswith("c")), []).append(label)
-    V10_CANDIDATES.update(new)
+    table.update(new)
 
 
-def _v9_module(name: str):
-    """The v9 kernels (`fp8lab/kernels/_v9_<name>.py`, copied from commit bf5b2c4 by the session
-    script) to time against in the same run; None when absent."""
+def _old_module(version: str, name: str):
+    """An earlier version's kernel module (`fp8lab/kernels/_<version>_<name>.py`, copied in by the
+    session command: v9's from commit bf5b2c4, v10's from 7675c3e) to time against in the same run;
+    None when absent."""
     import importlib
 
     try:
-        return importlib.import_module(f"fp8lab.kernels._v9_{name}")
+        return importlib.import_module(f"fp8lab.kernels._{version}_{name}")
     except ImportError as e:
-        print(f"v9 {name} not found ({e}); timing only the current kernels", flush=True)
+        print(f"{version} {name} not found ({e}); timing only the current kernels", flush=True)
         return None
 
 
@@ -802,7 +905,7 @@ def v10(run: Run, prov: dict, dims: tuple[int, ...] = (64, 128, 256), repeats: i
     from fp8lab.kernels import attention_ws as W
     from fp8lab.reference.fa3 import attention_fa3_fp8
 
-    old, old_ws = _v9_module("attention"), _v9_module("attention_ws")
+    old, old_ws = _old_module("v9", "attention"), _old_module("v9", "attention_ws")
     gen = torch.Generator(device="cuda").manual_seed(10)
     rows: list[dict] = []
     for name, causal, (q, k, v, qd, kd, vd), vt, exact in check_inputs(dims, gen):
@@ -869,42 +972,45 @@ def v10(run: Run, prov: dict, dims: tuple[int, ...] = (64, 128, 256), repeats: i
             run.save("v10", rows)
 
 
-def v10_grid(run: Run, prov: dict) -> None:
-    """--v10-grid: the grid with every provider in one run, one median each, in the grid schema
-    (notebook 07): the Triton default ("fp8lab"), at 256 the Gluon kernel ("fp8lab ws"), fa3-fwd
-    FP8 batched and varlen, vLLM's FP8 varlen path and fa3-fwd bf16."""
+def v10_grid(run: Run, prov: dict, name: str = "v10_grid", ws_dims: tuple[int, ...] = (256,),
+             key_ordered: bool = False) -> None:
+    """--v10-grid / --v11-grid: the grid with every provider in one run, one median each, in the grid
+    schema (notebook 07): the Triton default ("fp8lab"), the Gluon kernel at `ws_dims` ("fp8lab ws";
+    with V^T from `key_ordered_vt` when `key_ordered`, label -kv), fa3-fwd FP8 batched and varlen,
+    vLLM's FP8 varlen path and fa3-fwd bf16."""
     from fp8lab.kernels import attention_ws as W
 
     gen = torch.Generator(device="cuda").manual_seed(11)
     rows: list[dict] = []
-    for case, x in grid_inputs(run, bench.bench_grid(), gen, "v10_grid"):
+    for case, x in grid_inputs(run, bench.bench_grid(), gen, name):
         d, causal = case.head_dim, case.causal
         cfg = A.default_config(d, causal)
         timed = [("fp8lab", cfg.label(), lambda: A.fp8_attention(x.q, x.k, x.vt, x.qd, x.kd, x.vd, causal=causal))]
-        if d == 256:
-            timed.append(("fp8lab ws", W.default_ws_config(d, causal).label(), lambda: W.fp8_attention_ws(
-                x.q, x.k, x.vt, q_descale=x.qd, k_descale=x.kd, v_descale=x.vd, causal=causal)))
+        if d in ws_dims:
+            v = W.key_ordered_vt(x.v) if key_ordered else x.vt
+            timed.append(("fp8lab ws", W.default_ws_config(d, causal).label() + "-kv" * key_ordered,
+                          lambda: W.fp8_attention_ws(x.q, x.k, v, q_descale=x.qd, k_descale=x.kd, v_descale=x.vd,
+                                                     causal=causal)))
         timed += provider_timings(prov, x, case, gen, fa3_varlen=True, bf16=True)
         time_rows(run, rows, case, timed, min_left=3)
-        run.save("v10_grid", rows)
+        run.save(name, rows)
 
 
-def v10_grid_summary(run: Run) -> None:
-    rows = [x for x in run.sections.get("v10_grid", []) if "tflops" in x]
-    print("\ncase                      fp8lab   ws  FA3fp8  ratio  fa3vl  vLLM  bf16")
+def v10_grid_summary(run: Run, name: str = "v10_grid") -> None:
+    rows = [x for x in run.sections.get(name, []) if "tflops" in x]
+    print("\ncase                      fp8lab   ws  FA3fp8  ratio  fa3vl  vLLM  bf16   (ratio: the faster fp8lab kernel)")
     for r in bench.ratio_table(rows, "fp8lab", "fa3-fwd FP8"):
         g = {x["provider"]: x["tflops"] for x in rows if x["case"] == r["case"]}
+        best = max(r["fp8lab"], g.get("fp8lab ws", 0))
         print(f"{r['case']:<24} {r['fp8lab']:7.0f} {g.get('fp8lab ws', 0):5.0f} {r['fa3-fwd FP8']:6.0f} "
-              f"{r['ratio']:5.2f} {g.get('fa3-fwd FP8 varlen', 0):6.0f} {g.get('vLLM FA3 FP8 varlen', 0):5.0f} "
-              f"{g.get('fa3-fwd bf16', 0):5.0f}")
+              f"{best / r['fa3-fwd FP8']:5.2f} {g.get('fa3-fwd FP8 varlen', 0):6.0f} "
+              f"{g.get('vLLM FA3 FP8 varlen', 0):5.0f} {g.get('fa3-fwd bf16', 0):5.0f}")
 
 
-def v10_summary(run: Run) -> None:
+def print_round_medians(rows: list[dict]) -> None:
+    """Per case, each provider's (and config's) median TFLOP/s over the interleaved rounds."""
     import statistics
 
-    rows = run.sections.get("v10", [])
-    report_checks("v10", rows, also_bad=lambda r: r.get("same_bits_as_v9") is False
-                  and not r.get("config", "").endswith("-pk"))
     by_case: dict[str, dict[str, list[float]]] = {}
     for r in rows:
         if r.get("section") == "speed" and "tflops" in r:
@@ -915,6 +1021,13 @@ def v10_summary(run: Run) -> None:
         med = {k: statistics.median(v) for k, v in d.items()}
         fa3 = med.get("fa3-fwd FP8", float("nan"))
         print(f"{case:<24} " + "  ".join(f"{k}={t:.0f} ({t / fa3:.2f}x)" for k, t in med.items()))
+
+
+def v10_summary(run: Run) -> None:
+    rows = run.sections.get("v10", [])
+    report_checks("v10", rows, also_bad=lambda r: r.get("same_bits_as_v9") is False
+                  and not r.get("config", "").endswith("-pk"))
+    print_round_medians(rows)
 
 
 def _loop_stats(sass: str) -> list[dict]:
@@ -1059,12 +1172,19 @@ def main() -> None:
                     help="the grid: v10's causal mask and permute_keys against v9's kernels, FA3 and vLLM (~8 min)")
     ap.add_argument("--v10-grid", action="store_true",
                     help="the grid, every provider in one run, one median each (notebook 07's schema, ~3 min)")
+    ap.add_argument("--v11", action="store_true",
+                    help="the grid: the Gluon kernel cast late and with key-ordered V against v10's, Triton, FA3, vLLM")
+    ap.add_argument("--v11-grid", action="store_true",
+                    help="as --v10-grid, with the Gluon kernel (key-ordered V) at every head dim (~3 min)")
     ap.add_argument("--quant", action="store_true", help="only the quantization section (~2 min)")
     ap.add_argument("--dims", default="64,128,256", help="--ws, --v10: head dims to run (correctness and grid)")
     ap.add_argument("--repeats", type=int, default=3, help="--v10: interleaved timing rounds per case")
     ap.add_argument("--candidates", default="",
                     help="--v10: replace its candidates, e.g. '128:m128n128w8s2-pq,128c:m64n128w4s2-pq-pk' "
                          "(head dim, c for causal, config label); cases not named keep their list")
+    ap.add_argument("--ws-candidates", default="",
+                    help="--v11: the Gluon configs per case, e.g. '256:ws-n64s5-kv,256c:ws-n64s4-pp-kv' (-kv: V^T "
+                         "from key_ordered_vt)")
     ap.add_argument("--derive-grid", metavar="RAW_JSON",
                     help="no GPU: write bench_v5_grid.json from a --v5 run's raw JSON (see derive_grid)")
     ap.add_argument("--inspect", action="store_true",
@@ -1073,6 +1193,7 @@ def main() -> None:
     args = ap.parse_args()
     out = Path(args.out)
     set_candidates(args.candidates)
+    set_candidates(args.ws_candidates, V11_WS_CANDIDATES, _wc)
     if args.inspect:
         inspect_offline(out)
         return
@@ -1089,7 +1210,10 @@ def main() -> None:
         (args.v5, "v5", lambda: v5(run, prov), lambda: v5_summary(run, "v5")),
         (args.v6, "v6", lambda: v5(run, prov, v6_candidates, "v6", full=False), lambda: v5_summary(run, "v6")),
         (args.v10_grid, "v10_grid", lambda: v10_grid(run, prov), lambda: v10_grid_summary(run)),
+        (args.v11_grid, "v11_grid", lambda: v10_grid(run, prov, "v11_grid", (64, 128, 256), key_ordered=True),
+         lambda: v10_grid_summary(run, "v11_grid")),
         (args.v10, "v10", lambda: v10(run, prov, dims, args.repeats), lambda: v10_summary(run)),
+        (args.v11, "v11", lambda: v11(run, prov, dims, args.repeats), lambda: v11_summary(run)),
         (args.ws, "ws", lambda: ws(run, prov, dims), lambda: ws_summary(run)),
         (args.quick, "quick", lambda: quick(run, prov), lambda: quick_summary(run)),
     )

@@ -53,17 +53,18 @@ def test_bad_input_is_named_before_launch():
 COMPILE = """
 import json, sys
 from fp8lab.kernels import attention_ws as W
-k = W.compile_ws_sm90(int(sys.argv[1]), sys.argv[2] == "1")
+k = W.compile_ws_sm90(int(sys.argv[1]), sys.argv[2] == "1", permute_keys=sys.argv[3] == "1")
 print(json.dumps(dict(ptx=k.asm["ptx"], shared=k.metadata.shared)))
 """
 
 
 @needs_gluon
-@pytest.mark.parametrize("head_dim,causal", [(64, False), (128, True), (256, False)])
-def test_sm90_compile_has_the_fa3_schedule(head_dim, causal):
+@pytest.mark.parametrize("head_dim,causal,permute_keys", [(64, False, False), (128, True, False), (256, False, False),
+                                                         (128, False, True)])
+def test_sm90_compile_has_the_fa3_schedule(head_dim, causal, permute_keys):
     # Gluon does not run under TRITON_INTERPRET=1 (set for these tests): compile in a clean process
     env = {key: val for key, val in os.environ.items() if key != "TRITON_INTERPRET"}
-    done = subprocess.run([sys.executable, "-c", COMPILE, str(head_dim), str(int(causal))], env=env,
+    done = subprocess.run([sys.executable, "-c", COMPILE, str(head_dim), str(int(causal)), str(int(permute_keys))], env=env,
                           capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert done.returncode == 0, done.stderr[-3000:]
     k = json.loads(done.stdout.strip().splitlines()[-1])
@@ -77,6 +78,9 @@ def test_sm90_compile_has_the_fa3_schedule(head_dim, causal):
     ring = cfg.stages * 2 * cfg.block_n * head_dim + cfg.block_m * head_dim  # e4m3: one byte each
     assert re.search(r"setmaxnreg\.inc\.sync\.aligned\.u32\s+%d" % cfg.consumer_regs, ptx)
     assert ring <= k["shared"] <= ring + 2048
+    # P's conversion to the PV wgmma's A operand: 64 index shuffles per consumer and block with
+    # plain V^T; with key-ordered V^T none (one is left, outside the loop)
+    assert (ptx.count("shfl.sync.idx") <= 1) if permute_keys else (ptx.count("shfl.sync.idx") >= 32)
 
 
 @pytest.mark.gpu
@@ -138,3 +142,70 @@ def test_gpu_fa3_scheduling_details_keep_the_bits(d):
                 for pp in (False, True) for ru in (False, True)]
         for out, lse in outs[1:]:
             assert torch.equal(out, outs[0][0]) and torch.equal(lse, outs[0][1])
+
+
+def test_key_ordered_vt_stores_each_key_where_p_holds_it():
+    """FP8 step 5 for the Gluon kernel: P's column c is relabelled to `key_order`(c) (the Triton
+    kernel's own function, run here), so V^T's key c must sit at column key_order(c) of its 32;
+    padding keys are zeros, and the PV product sums the same products."""
+    from fp8lab.kernels.explain import key_order_values
+
+    tau = key_order_values(32).long()  # tau(c) for c = 0..31
+    gen = torch.Generator().manual_seed(3)
+    for s_k in (64, 77, 208):
+        v = fp8(gen, 2, s_k, 3, 16)
+        kv = W.key_ordered_vt(v)
+        s_pad = -(-s_k // 32) * 32
+        assert kv.seqlen_k == s_k and kv.data.shape == (2, 3, 16, s_pad) and kv.data.is_contiguous()
+        vt = torch.zeros(2, 3, 16, s_pad, dtype=v.dtype)
+        vt[..., :s_k] = v.permute(0, 2, 3, 1)
+        cols = (torch.arange(s_pad) // 32) * 32 + tau.repeat(s_pad // 32)  # where key c lands
+        assert torch.equal(kv.data[..., cols].view(torch.uint8), vt.view(torch.uint8))
+        assert torch.equal(W.key_ordered_vt(pretranspose_v(v)).data.view(torch.uint8), kv.data.view(torch.uint8))
+        p = torch.randn(5, s_pad, generator=gen, dtype=torch.float64)
+        p_relabelled = torch.empty_like(p)
+        p_relabelled[:, cols] = p  # what the kernel's reshape/permute of P does, in registers
+        assert torch.allclose(p_relabelled @ kv.data.double().transpose(-1, -2), p @ vt.double().transpose(-1, -2))
+
+
+@needs_gluon
+def test_key_ordered_vt_is_checked():
+    gen = torch.Generator().manual_seed(4)
+    q, k, v = fp8(gen, 1, 64, 2, 64), fp8(gen, 1, 64, 2, 64), fp8(gen, 1, 64, 2, 64)
+    kv = W.key_ordered_vt(v)
+    with pytest.raises(ValueError, match="key_ordered_vt"):
+        W.fp8_attention_ws(q, k, W.KeyOrderedVt(kv.data, 20))  # not this V's seqlen_k
+    with pytest.raises(ValueError, match="key_ordered_vt"):
+        W.fp8_attention_ws(q, k, W.KeyOrderedVt(kv.data[..., :48], 40))  # not a multiple of 32 keys
+    with pytest.raises(ValueError, match="seqlen"):
+        W.fp8_attention_ws(q, k[:, :32], kv)  # K has 32 keys, V 64
+    with pytest.raises(ValueError, match="batch, seqlen_k"):
+        W.key_ordered_vt(v[0])
+
+
+@pytest.mark.gpu
+@pytest.mark.hopper
+@needs_gluon
+@pytest.mark.parametrize("d", [64, 128, 256])
+def test_gpu_key_ordered_v_gives_the_same_attention(d):
+    """With key-ordered V^T the same products meet in the PV MMA, in another order within each 32
+    keys: within the GPU bound of the emulation, also where seqlen_k is not a multiple of 16 (the
+    plain kernel's TMA cannot take that V^T; the padded copy can); and the same bits as the plain
+    kernel, as the H200 gave in every check of run8 (the k=32 MMA's sum did not depend on the order)."""
+    gen = torch.Generator().manual_seed(d + 5)
+    for (b, sq, sk, hq, hk), causal in (((2, 203, 208, 8, 2), False), ((2, 203, 208, 8, 2), True),
+                                        ((1, 150, 77, 4, 4), True), ((1, 64, 300, 2, 1), False)):
+        q, k, v = fp8(gen, b, sq, hq, d, device="cuda"), fp8(gen, b, sk, hk, d, device="cuda"), fp8(gen, b, sk, hk, d, device="cuda")
+        qd, kd, vd = ((torch.rand(b, hk, generator=gen) * 0.4 + 0.05).cuda() for _ in range(3))
+        cfg = W.default_ws_config(d, causal)
+        out, lse = W.fp8_attention_ws(q, k, W.key_ordered_vt(v), q_descale=qd, k_descale=kd, v_descale=vd,
+                                      causal=causal, config=cfg)
+        emu, emu_lse = attention_fa3_fp8(q, k, v, qd, kd, vd, causal=causal, block_n=cfg.block_n, return_lse=True)
+        exact = attention_exact(q, k, v, q_descale=qd, k_descale=kd, v_descale=vd, causal=causal)
+        assert torch.isfinite(out).all()
+        assert rel_l2(out, emu) <= 0.6 * rel_l2(emu, exact), (sq, sk, causal)
+        assert torch.equal(torch.isinf(lse), torch.isinf(emu_lse))
+        if sk % 16 == 0:
+            plain, plain_lse = W.fp8_attention_ws(q, k, pretranspose_v(v), q_descale=qd, k_descale=kd,
+                                                  v_descale=vd, causal=causal, config=cfg)
+            assert torch.equal(lse, plain_lse) and torch.equal(out, plain), (sq, sk, causal)

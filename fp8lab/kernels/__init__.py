@@ -2,7 +2,8 @@
 
 Both run on Hopper GPUs and, exactly, on the CPU under ``TRITON_INTERPRET=1``.
 `fp8_attention_ws` is FA3's warp-specialized schedule written in Gluon (Hopper only, batched,
-V pre-transposed); `compile_ws_sm90` shows its sm_90 code without a GPU.
+V pre-transposed, fastest with `key_ordered_vt(v)`); `compile_ws_sm90` shows its sm_90 code
+without a GPU.
 """
 
 from fp8lab.kernels.attention import (
@@ -14,7 +15,7 @@ from fp8lab.kernels.attention import (
     tune_attention,
     v_layout_of,
 )
-from fp8lab.kernels.attention_ws import WsConfig, compile_ws_sm90, default_ws_config, fp8_attention_ws
+from fp8lab.kernels.attention_ws import WsConfig, compile_ws_sm90, default_ws_config, fp8_attention_ws, key_ordered_vt
 from fp8lab.kernels.quantize import E4M3_MAX, quantize_fp8, quantize_fp8_static
 
 __all__ = [
@@ -27,6 +28,7 @@ __all__ = [
     "default_ws_config",
     "fp8_attention",
     "fp8_attention_ws",
+    "key_ordered_vt",
     "pretranspose_v",
     "quantize_fp8",
     "quantize_fp8_static",

@@ -478,22 +478,24 @@ def attention_configs(head_dim: int) -> list[AttentionConfig]:
                  C(128, 64, 4, 3), C(64, 64, 4, 3, maxnreg=168), C(64, 128, 4, 3, permute_keys=True)]
         return list(dict.fromkeys(cands))
     return [C(128, 64, 8, 4, permute_keys=True), C(128, 64, 8, 3, permute_keys=True),
-            C(128, 64, 8, 3, pipeline_qk=True), C(128, 128, 8, 2), C(128, 64, 8, 4)]
+            C(128, 128, 8, 2, permute_keys=True), C(128, 64, 8, 3, pipeline_qk=True), C(128, 128, 8, 2),
+            C(128, 64, 8, 4)]
 
 
 # The configs `fp8_attention` uses on a GPU, keyed by (padded head_dim, causal): winners of the
-# H200 sweeps (scripts/gpu_bench.py; docs/kernel-notes.md v2, v4, v5, v6, v10). v10 (two runs,
+# H200 sweeps (scripts/gpu_bench.py; docs/kernel-notes.md v2, v4, v5, v6, v10, v11). v10 (two runs,
 # results/h200/bench_v10_*): `permute_keys` everywhere but head dim 128 non-causal (a tie there),
 # block_n 128 at head dim 128 causal (the one-compare mask ended its spills), and at head dim 64
 # the 128-row tile (fewer instructions per score than 64 rows once P needs no shuffles; causal, it
-# gave up 1-2 % at 4k for 2-5 % at 16k: the better worst case in all three runs).
+# gave up 1-2 % at 4k for 2-5 % at 16k: the better worst case in all three runs). v11 (two runs,
+# bench_v11_triton_explore, bench_v11_check256): 128 keys in two stages at head dim 256 causal.
 _MEASURED_DEFAULTS: dict[tuple[int, bool], AttentionConfig] = {
     (64, False): AttentionConfig(128, 128, 4, 4, permute_keys=True),  # v10: 0.89-0.94x FA3 (v9: 0.80-0.87x)
     (64, True): AttentionConfig(128, 128, 4, 3, permute_keys=True),  # v10: 0.91-0.95x in three runs (v9: 0.84-0.91x)
     (128, False): AttentionConfig(128, 128, 4, 3),  # v2; with permute_keys within +-1.6 % in two runs
     (128, True): AttentionConfig(128, 128, 4, 3, permute_keys=True),  # v10: 0.88-0.93x (v9: 0.81-0.86x)
-    (256, False): AttentionConfig(128, 64, 8, 4, permute_keys=True),  # v10: +1-4 %; the Gluon kernel is faster
-    (256, True): AttentionConfig(128, 64, 8, 3, permute_keys=True),  # v10: +2-4 % over v5's pipeline_qk
+    (256, False): AttentionConfig(128, 64, 8, 4, permute_keys=True),  # v10: +1-4 %; the Gluon kernel is faster (v11)
+    (256, True): AttentionConfig(128, 128, 8, 2, permute_keys=True),  # v11: +4-8 % over v10's m128n64w8s3-pk
 }
 # v4 candidates, measured in one quick run (results/h200/bench_v4_quick.*; docs/kernel-notes.md "v4"):
 # the head_dim 64 ones won every case and are the defaults above; the head_dim 128 causal ones

@@ -21,18 +21,25 @@ structure FlashAttention-3 uses and Triton's compiler does not build by itself:
   previous block's PV product.
 - **P stays in registers.** e4m3(P) is the register A operand of the PV wgmma
   (FA3's ``MmaPV_is_RS``); V^T's tile is K-major in shared memory as FP8 wgmma
-  requires, so V must be pre-transposed (`fp8lab.kernels.pretranspose_v`).
+  requires, so V must be pre-transposed (`fp8lab.kernels.pretranspose_v`). P is cast
+  to e4m3 right before its MMA: carried across the loop as e4m3 it would live one
+  byte per register and be re-packed in every iteration (v11).
+- **P without shuffles (FP8 step 5).** With V^T from `key_ordered_vt` (keys of each
+  32 stored in the order P's registers hold them), P reaches the A operand's layout
+  by a renaming of registers. The Triton kernel gets the same by loading K's rows
+  permuted (`permute_keys`); here K comes by TMA, which cannot reorder rows.
 
-Measured on an H200 (docs/kernel-notes.md, v8 and v9; `results/h200/bench_v9_ws.*`): at head
-dim 256, with FA3's 128-key blocks, 0.79-0.88x FA3 FP8 and 4-10 % faster than the Triton
-kernel; 0.74-0.79x at 128 and 0.62-0.64x at 64, where the Triton kernel is faster. FA3's
-ping-pong ordering and its rescale under the next MMA (`WsConfig` switches) gave nothing
-consistent here (-9 to +5 % per case). `fp8_attention` (Triton) stays the general entry
-point; this kernel is the faster one at head dim 256 on Hopper, and the lesson in what
+Measured on an H200 (docs/kernel-notes.md, v8, v9 and v11; `results/h200/bench_v11_*`): with
+`key_ordered_vt`, 0.88-0.95x FA3 FP8 at head dim 128 and 0.80-0.94x at 256, where it is the
+faster of fp8lab's two kernels; 0.73-0.78x at 64, where the Triton kernel is faster. v11's
+changes kept every bit of v10's kernel and gained 18-21 % at 128. FA3's ping-pong ordering and
+its rescale under the next MMA (`WsConfig` switches) gave nothing consistent here.
+`fp8_attention` (Triton) stays the general entry point (varlen, natural V, the interpreter);
+this kernel is the faster one at head dims 128 and 256 on Hopper, and the lesson in what
 FA3's structure is made of.
 
 Scope: batched (not varlen) inputs on an sm_90 GPU, head_dim 64, 128 or 256, V
-pre-transposed, Q/K/out with head_dim contiguous and rows of (heads x head_dim).
+pre-transposed or key-ordered, Q/K/out with head_dim contiguous and rows of (heads x head_dim).
 `fp8_attention_ws` says what it got when an input is outside that scope.
 """
 
@@ -65,7 +72,8 @@ try:  # Gluon ships with triton >= 3.5; the CPU-only kit imports this module wit
 except ImportError:  # pragma: no cover - depends on the installed triton
     HAVE_GLUON = False
 
-__all__ = ["HAVE_GLUON", "WsConfig", "compile_ws_sm90", "default_ws_config", "fp8_attention_ws", "ws_supported"]
+__all__ = ["HAVE_GLUON", "KeyOrderedVt", "WsConfig", "compile_ws_sm90", "default_ws_config", "fp8_attention_ws",
+           "key_ordered_vt", "ws_supported"]
 
 LOG2E = 1.4426950408889634
 FA3_MAX_OFFSET = 8.0
@@ -92,15 +100,50 @@ class WsConfig:
         return f"ws-n{self.block_n}s{self.stages}" + "-pp" * self.pingpong + "-ru" * self.rescale_under_mma
 
 
+@dataclass(frozen=True)
+class KeyOrderedVt:
+    """V^T with the keys of every 32 in the order P's registers hold them (`key_ordered_vt`).
+
+    data: float8_e4m3fn (batch, heads_kv, head_dim, seqlen_k rounded up to 32), contiguous; the
+    padding keys are zeros. seqlen_k: the real number of keys.
+    """
+
+    data: torch.Tensor
+    seqlen_k: int
+
+
+def key_ordered_vt(v: torch.Tensor) -> KeyOrderedVt:
+    """V (b, s_k, hk, d), in FA3's layout or pre-transposed, as the V^T operand that lets
+    `fp8_attention_ws` feed e4m3(P) to its PV wgmma without moving any register (FP8 step 5).
+
+    The Triton kernel loads K's rows of each 32 in `key_order`, so its score columns come out
+    permuted and `in_key_order` puts P back in key order for free. The Gluon kernel's K arrives
+    by TMA, which cannot reorder rows within a tile, so here the *V* side is permuted instead:
+    P's columns are relabelled with the same `in_key_order` (free), and V^T's keys are stored in
+    that same order, so the PV product sums the same products. One copy of V, like
+    `pretranspose_v`."""
+    if v.dim() != 4:
+        raise ValueError(f"v: expected (batch, seqlen_k, heads_kv, head_dim), got {tuple(v.shape)}")
+    b, s_k, hk, d = v.shape
+    s_pad = -(-s_k // 32) * 32
+    vt = torch.zeros((b, hk, d, s_pad), dtype=v.dtype, device=v.device)
+    vt[..., :s_k] = v.permute(0, 2, 3, 1)
+    # column 16a + 4t + 2b + e of every 32 <- column 16a + 8b + 2t + e: `in_key_order` on the key axis
+    vt = vt.reshape(b, hk, d, s_pad // 32, 2, 2, 4, 2).permute(0, 1, 2, 3, 4, 6, 5, 7).reshape(b, hk, d, s_pad)
+    return KeyOrderedVt(vt.contiguous(), s_k)
+
+
 def default_ws_config(head_dim: int, causal: bool = False) -> WsConfig:
-    """The key block and stage count that measured best on the H200 (v8, v9): 128 keys at head_dim
-    64 and 128; at 256, FA3's 128 keys in two stages (164 KB of shared memory) beat 64 keys in four
-    in all six grid cases. 256 keys at head_dim 64 compile without spills too but were no faster."""
+    """The key block and stage count that measured best on the H200 (v8, v9, v11): 128 keys at
+    head_dim 64 and 128 (four stages at 128 non-causal, v11); 64 keys in four stages at 256. v9 had
+    moved 256 to FA3's 128 keys in two stages, but once P is cast next to its MMA (v11) that tile
+    holds P in float32 across the loop and spills; 64 keys do not (0.85-0.92x FA3 FP8 against
+    0.64-0.79x in the same run). 256 keys at head_dim 64 compile without spills too but were no faster."""
     if head_dim <= 64:
         return WsConfig(block_n=128, stages=4 if causal else 3)
     if head_dim <= 128:
-        return WsConfig(block_n=128, stages=3)
-    return WsConfig(block_n=128, stages=2)
+        return WsConfig(block_n=128, stages=3 if causal else 4)
+    return WsConfig(block_n=64, stages=4)
 
 
 if HAVE_GLUON:
@@ -147,6 +190,18 @@ if HAVE_GLUON:
         return p, alpha, l_i, m_new
 
     @gluon.jit
+    def _ws_p_operand(p, p_layout: gl.constexpr, PERMUTE_KEYS: gl.constexpr):
+        """e4m3(P) as the register A operand of the PV wgmma. P is cast here, next to its MMA: a
+        loop-carried e4m3 tensor lives one byte per register and costs a repack of every byte (v11).
+        PERMUTE_KEYS (V^T from `key_ordered_vt`): columns relabelled so that the conversion to the
+        A layout moves no data (`fp8lab.kernels.attention.in_key_order`)."""
+        p8 = p.to(gl.float8e4nv)
+        if PERMUTE_KEYS:
+            p8 = p8.reshape(p8.shape[0], p8.shape[1] // 32, 2, 2, 4, 2).permute(0, 1, 2, 4, 3, 5).reshape(p8.shape)
+            return gl.convert_layout(p8, p_layout, assert_trivial=True)
+        return gl.convert_layout(p8, p_layout)
+
+    @gluon.jit
     def _ws_turn(turn, wg, rnd, PINGPONG: gl.constexpr):
         """FA3's ping-pong order (its warp-scheduler barriers): a consumer issues its MMAs of round
         `rnd` only after the other consumer issued its own of the round before; consumer 0 goes first."""
@@ -163,7 +218,7 @@ if HAVE_GLUON:
                      o_base, stride_os, l_base,
                      BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr,
                      CAUSAL: gl.constexpr, MAX_OFFSET: gl.constexpr, PINGPONG: gl.constexpr,
-                     RESCALE_UNDER_MMA: gl.constexpr):
+                     RESCALE_UNDER_MMA: gl.constexpr, PERMUTE_KEYS: gl.constexpr):
         """One warpgroup, 64 query rows: S = Q K^T and O += e4m3(P) V^T as async wgmma, the
         softmax in between, then the epilogue. Several run side by side on the same K/V ring.
 
@@ -197,7 +252,6 @@ if HAVE_GLUON:
             if n_masked > 0:
                 s = _ws_mask(s, (n_blocks - 1) * BLOCK_N, offs_m, seqlen_k, diag, BLOCK_N, CAUSAL, s_layout)
             p, alpha, l_i, m_i = _ws_softmax(s, m_i, l_i, scale_log2, MAX_OFFSET)
-            p_f8 = p.to(gl.float8e4nv)
             for it in range(1, n_blocks):
                 st = it % STAGES
                 prev = (it - 1) % STAGES
@@ -206,8 +260,7 @@ if HAVE_GLUON:
                 s = warpgroup_mma(q_smem, k_bufs.index(st).permute((1, 0)), zero_s, use_acc=False, is_async=True)
                 if RESCALE_UNDER_MMA:
                     acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
-                p8 = gl.convert_layout(p_f8, p_layout)
-                acc = warpgroup_mma(p8, v_bufs.index(prev).permute((1, 0)), acc, is_async=True)
+                acc = warpgroup_mma(_ws_p_operand(p, p_layout, PERMUTE_KEYS), v_bufs.index(prev).permute((1, 0)), acc, is_async=True)
                 _ws_pass(turn, wg, PINGPONG)
                 s = warpgroup_mma_wait(1, deps=[s])  # S_j done; the PV product of block j-1 may still run
                 if it < n_masked:
@@ -218,12 +271,11 @@ if HAVE_GLUON:
                 mbarrier.arrive(empty.index(prev), count=1)  # K_{j-1} and V_{j-1} are free
                 if not RESCALE_UNDER_MMA:
                     acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
-                p_f8 = p.to(gl.float8e4nv)
             last = (n_blocks - 1) % STAGES
             if RESCALE_UNDER_MMA:
                 acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
             _ws_turn(turn, wg, n_blocks, PINGPONG)
-            acc = warpgroup_mma(gl.convert_layout(p_f8, p_layout), v_bufs.index(last).permute((1, 0)), acc,
+            acc = warpgroup_mma(_ws_p_operand(p, p_layout, PERMUTE_KEYS), v_bufs.index(last).permute((1, 0)), acc,
                                 is_async=True)
             _ws_pass(turn, wg, PINGPONG)
             acc = warpgroup_mma_wait(0, deps=[acc])
@@ -254,7 +306,7 @@ if HAVE_GLUON:
         softmax_scale_log2,
         GROUP: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
         CONSUMERS: gl.constexpr, CONSUMER_REGS: gl.constexpr, CAUSAL: gl.constexpr, MAX_OFFSET: gl.constexpr,
-        PINGPONG: gl.constexpr, RESCALE_UNDER_MMA: gl.constexpr,
+        PINGPONG: gl.constexpr, RESCALE_UNDER_MMA: gl.constexpr, PERMUTE_KEYS: gl.constexpr,
     ):
         BLOCK_M: gl.constexpr = 64 * CONSUMERS
         # The teaching kernel's schedule: heads in L2-sized chunks, longest query blocks first.
@@ -312,10 +364,10 @@ if HAVE_GLUON:
         gl.warp_specialize([
             (_ws_consumer, (bufs, bars, 0, n_blocks, n_masked, m0, seqlen_q, seqlen_k, diag, scale_log2,
                             v_descale, o_base, stride_os, l_base, BLOCK_N, HEAD_DIM, STAGES, CAUSAL, MAX_OFFSET,
-                            PINGPONG, RESCALE_UNDER_MMA)),
+                            PINGPONG, RESCALE_UNDER_MMA, PERMUTE_KEYS)),
             (_ws_consumer, (bufs, bars, 1, n_blocks, n_masked, m0, seqlen_q, seqlen_k, diag, scale_log2,
                             v_descale, o_base, stride_os, l_base, BLOCK_N, HEAD_DIM, STAGES, CAUSAL, MAX_OFFSET,
-                            PINGPONG, RESCALE_UNDER_MMA)),
+                            PINGPONG, RESCALE_UNDER_MMA, PERMUTE_KEYS)),
             (_ws_loader, (q_desc, k_desc, vt_desc, bufs, bars, b * seqlen_q + m0, h * HEAD_DIM, b * seqlen_k,
                           hk * HEAD_DIM, (b * heads_kv + hk) * HEAD_DIM, n_blocks, BLOCK_N, STAGES, CONSUMERS)),
         ], [4, 1], [CONSUMER_REGS, 24])
@@ -345,7 +397,7 @@ def _row_view(x: torch.Tensor, name: str) -> tuple[int, int]:
 def fp8_attention_ws(
     q: torch.Tensor,
     k: torch.Tensor,
-    v: torch.Tensor,
+    v: torch.Tensor | KeyOrderedVt,
     *,
     q_descale: torch.Tensor | None = None,
     k_descale: torch.Tensor | None = None,
@@ -359,13 +411,25 @@ def fp8_attention_ws(
     `fp8lab.kernels.fp8_attention` for batched inputs.
 
     q (b, s_q, h, d), k (b, s_k, hk, d): float8_e4m3fn, head_dim contiguous; v (b, s_k, hk, d)
-    pre-transposed (`pretranspose_v`). Descales float32 (b, hk), any strides (None = ones).
+    pre-transposed (`pretranspose_v`), or `key_ordered_vt(v)`: the same values with the keys
+    ordered as P's registers hold them, so P reaches its MMA without shuffles (faster).
+    Descales float32 (b, hk), any strides (None = ones).
     Returns out bf16 (b, s_q, h, d) and lse float32 (b, h, s_q).
     """
     if not HAVE_GLUON:
         raise RuntimeError(f"fp8_attention_ws needs Gluon (triton >= 3.5); this triton is {triton.__version__}")
+    keyed = isinstance(v, KeyOrderedVt)
+    vt = v.data if keyed else v
+    if keyed:
+        if vt.dim() != 4 or vt.shape[-1] % 32 or not vt.is_contiguous() or vt.shape[-1] - v.seqlen_k not in range(32):
+            raise ValueError(f"v: expected key_ordered_vt's (b, hk, d, seqlen_k rounded up to 32) buffer, got "
+                             f"shape {tuple(vt.shape)} strides {vt.stride()} for seqlen_k={v.seqlen_k}")
+        b_, hk_, d_, _ = vt.shape
+        v_shape = (b_, v.seqlen_k, hk_, d_)
+    else:
+        v_shape = tuple(vt.shape)
     # V arrives pre-transposed; the layout check wants FA3's layout, so it sees a stand-in of v's shape
-    shape = check_attention_inputs(q, k, torch.empty(v.shape[-1], dtype=v.dtype, device=v.device).expand(v.shape))
+    shape = check_attention_inputs(q, k, torch.empty(v_shape[-1], dtype=vt.dtype, device=vt.device).expand(v_shape))
     if not shape.fp8:
         raise TypeError(f"fp8_attention_ws: expected float8_e4m3fn q, k, v, got {q.dtype}")
     if not (q.is_cuda and ws_supported(q.device)):
@@ -375,12 +439,17 @@ def fp8_attention_ws(
     s_k, hk = k.shape[1], k.shape[2]
     if d not in (64, 128, 256):
         raise ValueError(f"fp8_attention_ws: head_dim must be 64, 128 or 256, got {d}")
-    if v.stride(1) != 1 or v.stride(3) != s_k or v.stride(2) != d * s_k or (b > 1 and v.stride(0) != hk * d * s_k):
-        raise ValueError(
-            f"v: the warp-specialized kernel needs V pre-transposed (pretranspose_v: strides of a (b, hk, d, s_k) "
-            f"buffer, {(hk * d * s_k, 1, d * s_k, s_k)}), got {tuple(v.stride())}"
-        )
-    if (s_k % 16) or v.data_ptr() % 16:
+    if keyed:
+        vt_keys = vt.shape[-1]  # V^T rows of seqlen_k rounded up to 32 keys
+    else:
+        if vt.stride(1) != 1 or vt.stride(3) != s_k or vt.stride(2) != d * s_k or (
+                b > 1 and vt.stride(0) != hk * d * s_k):
+            raise ValueError(
+                f"v: the warp-specialized kernel needs V pre-transposed (pretranspose_v: strides of a (b, hk, d, "
+                f"s_k) buffer, {(hk * d * s_k, 1, d * s_k, s_k)}), or key_ordered_vt(v); got {tuple(vt.stride())}"
+            )
+        vt_keys = s_k
+    if (vt_keys % 16) or vt.data_ptr() % 16:
         raise ValueError(f"v: TMA needs 16-byte aligned rows of V^T: seqlen_k % 16 == 0, got seqlen_k={s_k}")
     scale = check_softmax_scale(softmax_scale, d)
     descales = []
@@ -399,7 +468,7 @@ def fp8_attention_ws(
     v_layout = gl.NVMMASharedLayout.get_default_for([d, cfg.block_n], fp8)
     q_desc = TensorDescriptor(q, [q_rows, h * d], [q_stride, 1], [64, d], q_layout)
     k_desc = TensorDescriptor(k, [k_rows, hk * d], [k_stride, 1], [cfg.block_n, d], k_layout)
-    vt_desc = TensorDescriptor(v, [b * hk * d, s_k], [s_k, 1], [d, cfg.block_n], v_layout)
+    vt_desc = TensorDescriptor(vt, [b * hk * d, vt_keys], [vt_keys, 1], [d, cfg.block_n], v_layout)
 
     out = torch.empty((b, s_q, h, d), dtype=torch.bfloat16, device=q.device)
     lse = torch.empty((b, h, s_q), dtype=torch.float32, device=q.device)
@@ -416,16 +485,18 @@ def fp8_attention_ws(
         scale * LOG2E,
         GROUP=h // hk, HEAD_DIM=d, BLOCK_N=cfg.block_n, STAGES=cfg.stages, CONSUMERS=cfg.consumers,
         CONSUMER_REGS=cfg.consumer_regs, CAUSAL=bool(causal), MAX_OFFSET=float(max_offset),
-        PINGPONG=cfg.pingpong, RESCALE_UNDER_MMA=cfg.rescale_under_mma, num_warps=4,
+        PINGPONG=cfg.pingpong, RESCALE_UNDER_MMA=cfg.rescale_under_mma, PERMUTE_KEYS=keyed, num_warps=4,
         maxnreg=cfg.maxnreg,
     )
     return out, lse
 
 
 
-def compile_ws_sm90(head_dim: int = 128, causal: bool = False, config: WsConfig | None = None):
+def compile_ws_sm90(head_dim: int = 128, causal: bool = False, config: WsConfig | None = None,
+                    permute_keys: bool = False):
     """Compile the kernel for sm_90 without a GPU (triton's bundled ptxas) and return triton's
     compiled kernel: `.asm["ptx"]`, `.asm["cubin"]`, `.metadata.shared` (bytes of shared memory).
+    permute_keys: the build `fp8_attention_ws` runs for a `key_ordered_vt` V.
 
     For reading what the compiler made of the schedule (setmaxnreg, wgmma waits, mbarriers) on
     a laptop; the grid shapes' integer arguments are specialised as on the H200.
@@ -449,7 +520,7 @@ def compile_ws_sm90(head_dim: int = 128, causal: bool = False, config: WsConfig 
                  softmax_scale_log2="fp32")
     const = dict(GROUP=1, HEAD_DIM=head_dim, BLOCK_N=cfg.block_n, STAGES=cfg.stages, CONSUMERS=cfg.consumers,
                  CONSUMER_REGS=cfg.consumer_regs, CAUSAL=causal, MAX_OFFSET=FA3_MAX_OFFSET, PINGPONG=cfg.pingpong,
-                 RESCALE_UNDER_MMA=cfg.rescale_under_mma)
+                 RESCALE_UNDER_MMA=cfg.rescale_under_mma, PERMUTE_KEYS=permute_keys)
     params = list(inspect.signature(_fp8_attention_ws_fwd.fn).parameters)
     sig = {p: "constexpr" if p in const else types.get(p, "i32") for p in params}
     return triton.compile(GluonASTSource(_fp8_attention_ws_fwd, sig, const), target=GPUTarget("cuda", 90, 128),

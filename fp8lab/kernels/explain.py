@@ -13,13 +13,14 @@ import triton
 import triton.language as tl
 
 from fp8lab.bench import load_results, records_frame
+from fp8lab.env import triton_interpret
 from fp8lab.formats import cast_to_fp8, get_format
 from fp8lab.layout import check_attention_inputs
 from fp8lab.kernels.attention import key_order
 from fp8lab.kernels.fp8_rounding import round_to_bf16, round_to_e4m3
 from fp8lab.reference.exact import dequantize
 
-__all__ = ["cast_demo", "folded_scale_error", "p_grid_fractions", "p_register_layout", "tuning_record", "v10_record",
+__all__ = ["cast_demo", "folded_scale_error", "key_order_values", "p_grid_fractions", "p_register_layout", "tuning_record", "v10_record", "v11_record",
            "v_layout_costs", "ws_record"]
 
 
@@ -100,23 +101,44 @@ def ws_record(results_dir: str | Path) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def v10_record(results_dir: str | Path) -> pd.DataFrame:
-    """v10 against v9 on the grid, from one run (`bench_v10_final.json`, medians over its rounds):
-    the Triton kernel's default of each version, the Gluon kernel (head dim 256) and vLLM's FP8
-    varlen path. One row per (case, kernel): head_dim, causal, config, tflops, ratio to fa3-fwd FP8."""
-    data = load_results(Path(results_dir) / "bench_v10_final.json")
+def _round_medians(path: Path, names: dict[str, str]) -> pd.DataFrame:
+    """Medians over a run's interleaved rounds of the providers in `names` (renamed to its values,
+    in its order), with ratio = tflops / fa3-fwd FP8 of the same case and run."""
+    data = load_results(path)
     df = pd.DataFrame([r for r in data["rows"] if r.get("section") == "speed" and "tflops" in r])
     med = df.groupby(["case", "provider", "config"], sort=False).agg(
         tflops=("tflops", "median"), head_dim=("head_dim", "first"), causal=("causal", "first")).reset_index()
     fa3 = med[med["provider"] == "fa3-fwd FP8"].set_index("case")["tflops"]
-    names = {"v9 default": "v9 (Triton)", "default": "v10 (Triton)", "ws": "Gluon (ws)",
-             "vLLM FA3 FP8 varlen": "vLLM FP8 varlen"}
-    out = med[med["provider"].isin(names)].assign(kernel=lambda d: d["provider"].map(names))
+    key = med["provider"] + ":" + med["config"]
+    pick = key.map(names).fillna(med["provider"].map(names))
+    out = med[pick.notna()].assign(kernel=pick[pick.notna()])
     out = out.assign(ratio=out["tflops"].to_numpy() / fa3.reindex(out["case"]).to_numpy(),
-                     kernel=pd.Categorical(out["kernel"], categories=list(names.values()), ordered=True))
-    out = out.sort_values(["case", "kernel"], key=lambda c: c if c.name == "kernel" else c.map(
-        {case: i for i, case in enumerate(dict.fromkeys(med["case"]))}))
+                     kernel=pd.Categorical(out["kernel"], categories=list(dict.fromkeys(names.values())),
+                                           ordered=True))
+    order = {case: i for i, case in enumerate(dict.fromkeys(med["case"]))}
+    out = out.sort_values(["case", "kernel"], key=lambda c: c if c.name == "kernel" else c.map(order))
     return out[["case", "head_dim", "causal", "kernel", "config", "tflops", "ratio"]].reset_index(drop=True)
+
+
+def v10_record(results_dir: str | Path) -> pd.DataFrame:
+    """v10 against v9 on the grid, from one run (`bench_v10_final.json`, medians over its rounds):
+    the Triton kernel's default of each version, the Gluon kernel (head dim 256) and vLLM's FP8
+    varlen path. One row per (case, kernel): head_dim, causal, config, tflops, ratio to fa3-fwd FP8."""
+    return _round_medians(Path(results_dir) / "bench_v10_final.json", {
+        "v9 default": "v9 (Triton)", "default": "v10 (Triton)", "ws": "Gluon (ws)",
+        "vLLM FA3 FP8 varlen": "vLLM FP8 varlen"})
+
+
+def v11_record(results_dir: str | Path) -> pd.DataFrame:
+    """v11's Gluon kernel against v10's, from one run (`bench_v11_ws1.json`, medians over three
+    rounds): v10's Gluon kernel, v11's with P cast next to its MMA (plain V^T), the same with V^T
+    from `key_ordered_vt`, and the Triton default. At head dim 256 v11 is shown with its new 64-key
+    default; that run also timed the old 128-key tile, which spills in v11 (docs/kernel-notes.md)."""
+    names = {"v10 ws": "v10 Gluon", "ws:ws-n128s3": "v11 Gluon, P cast at its MMA",
+             "ws:ws-n128s4": "v11 Gluon, P cast at its MMA", "ws:ws-n128s3-kv": "v11 Gluon, + key-ordered V",
+             "ws:ws-n128s4-kv": "v11 Gluon, + key-ordered V", "ws:ws-n64s4-kv": "v11 Gluon, + key-ordered V",
+             "default": "Triton default"}
+    return _round_medians(Path(results_dir) / "bench_v11_ws1.json", names)
 
 
 def v_layout_costs(results_dir: str | Path, version: str = "v2") -> pd.DataFrame:
@@ -139,6 +161,17 @@ def _key_order_kernel(OUT, BLOCK_N: tl.constexpr):
     tl.store(OUT + tl.arange(0, BLOCK_N), key_order(BLOCK_N, True))
 
 
+def key_order_values(block_n: int = 32, device: str | torch.device | None = None) -> torch.Tensor:
+    """The kernel's own `key_order` (permute_keys=True) run for one block: (block_n,) int32 on the
+    CPU, the key that score column c holds; equally the column where `key_ordered_vt` stores key c.
+    device: where the kernel runs (None: the GPU if there is one, else the interpreter)."""
+    if device is None:
+        device = "cuda" if torch.cuda.is_available() and not triton_interpret() else "cpu"
+    tau = torch.empty(block_n, dtype=torch.int32, device=device)
+    _key_order_kernel[(1,)](tau, BLOCK_N=block_n)
+    return tau.cpu()
+
+
 def p_register_layout(device: str | torch.device = "cpu") -> pd.DataFrame:
     """FP8 step 5 in a table, for the four threads of a quad and one group of 32 keys.
 
@@ -148,9 +181,7 @@ def p_register_layout(device: str | torch.device = "cpu") -> pd.DataFrame:
     kernel's own `key_order`, run here), which keys its A registers need, and how many of those
     it must fetch from other threads in each case (the shuffles `permute_keys` removes).
     """
-    tau = torch.empty(32, dtype=torch.int32, device=device)
-    _key_order_kernel[(1,)](tau, BLOCK_N=32)
-    tau = tau.cpu().tolist()
+    tau = key_order_values(32, device).tolist()
     rows = []
     for t in range(4):
         cols = [8 * j + 2 * t + e for j in range(4) for e in (0, 1)]

@@ -42,7 +42,7 @@ def plot_ratio(ratios: pd.DataFrame, target: float = 0.9, ax: plt.Axes | None = 
     ax.text(0.02, target + 0.01, f"target {target}x", transform=ax.get_yaxis_transform())
     ax.set_xlabel("sequence length (tokens; batch = 16k / seqlen)")
     ax.set_ylabel("fp8lab / FA3 FP8 (TFLOP/s ratio)")
-    ax.set_title("The target is missed everywhere; long sequences at d=128 come closest")
+    ax.set_title("fp8lab against FA3 FP8, per case")
     return ax
 
 
