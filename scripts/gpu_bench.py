@@ -1045,7 +1045,8 @@ def _loop_stats(sass: str) -> list[dict]:
             if count("GMMA"):
                 loops.append(dict(instr=len(body), stl=count(r"\bSTL"), ldl=count(r"\bLDL"), mufu=count("MUFU"),
                                   gmma=count("GMMA"), gmma_waits=count(r"WARPGROUP\.DEPBAR"),
-                                  p_shuffle=count(r"\b(SHFL\.IDX|SEL|PRMT)\b")))
+                                  p_shuffle=count(r"\b(SHFL\.IDX|SEL|PRMT)\b"),
+                                  p_pack=count(r"\b(SHFL\.IDX|SEL|PRMT|LOP3\.LUT)\b")))
     return loops
 
 
@@ -1066,7 +1067,8 @@ def inspect_configs() -> list[tuple[int, bool, str, "A.AttentionConfig"]]:
 def inspect_offline(out: Path) -> None:
     """Compile the defaults with and without `permute_keys` for sm_90 on any host (no GPU) and
     report registers, stack (spills), each loop's instruction mix (with the P shuffle's
-    SHFL.IDX/SEL/PRMT count) and ptxas' wgmma-serialization notes.
+    SHFL.IDX/SEL/PRMT count) and ptxas' wgmma-serialization notes; then the Gluon kernel's
+    defaults with plain and key-ordered V^T (`inspect_ws_offline`).
 
     The shapes are specialised as the benchmark's (strides divisible by 16, V pre-transposed
     so its key stride is 1). Use the GPU host's Triton (3.6) for its code generation and ptxas.
@@ -1129,7 +1131,46 @@ def inspect_offline(out: Path) -> None:
               f"STL {off.get('stl')} LDL {off.get('ldl')} P shuffle {off.get('p_shuffle')} "
               f"serialized: {row['wgmma_serialized'] or 'no'}", flush=True)
     out.mkdir(parents=True, exist_ok=True)
+    rows += inspect_ws_offline()
     (out / "inspect_sm90.json").write_text(json.dumps(dict(triton=triton.__version__, rows=rows), indent=1))
+
+
+def inspect_ws_offline() -> list[dict]:
+    """--inspect, the Gluon kernel: each (head dim, causal) default compiled for sm_90 with plain
+    and key-ordered V^T (v11), and the consumer's main loop counted: instructions per key block,
+    P's packing and shuffles (PRMT, LOP3, SHFL.IDX, SEL; the loop's masked branch included) and
+    local-memory traffic. v10's loop is commit 7675c3e's `attention_ws.py` compiled the same way."""
+    import re
+    import subprocess
+    import tempfile
+
+    import triton
+
+    from fp8lab.kernels import attention_ws as W
+
+    bindir = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
+    rows = []
+    for d in (64, 128, 256):
+        for causal in (False, True):
+            for keyed in (False, True):
+                cfg = W.default_ws_config(d, causal)
+                k = W.compile_ws_sm90(d, causal, cfg, permute_keys=keyed)
+                with tempfile.TemporaryDirectory() as tmp:
+                    cubin = Path(tmp) / "k.cubin"
+                    cubin.write_bytes(k.asm["cubin"])
+                    sass = subprocess.run([str(bindir / "nvdisasm"), "-c", str(cubin)], capture_output=True,
+                                          text=True).stdout
+                    usage = subprocess.run([str(bindir / "cuobjdump"), "--dump-resource-usage", str(cubin)],
+                                           capture_output=True, text=True).stdout
+                stack = re.search(r"STACK:(\d+)", usage)
+                loop = _loop_stats(sass)[0]  # the first consumer's main loop
+                row = dict(kernel="gluon", head_dim=d, causal=causal, config=cfg.label() + "-kv" * keyed,
+                           stack_bytes=int(stack.group(1)) if stack else None, loop=loop)
+                rows.append(row)
+                print(f"gluon d={d:<3} {'causal' if causal else 'full':<6} {row['config']:<14} stack {row['stack_bytes']} "
+                      f"loop instr {loop['instr']} P pack+shuffle {loop['p_pack']} LDL+STL {loop['ldl'] + loop['stl']}",
+                      flush=True)
+    return rows
 
 
 def quick_summary(run: Run) -> None:

@@ -181,6 +181,8 @@ def test_key_ordered_vt_is_checked():
         W.fp8_attention_ws(q, k[:, :32], kv)  # K has 32 keys, V 64
     with pytest.raises(ValueError, match="batch, seqlen_k"):
         W.key_ordered_vt(v[0])
+    with pytest.raises(TypeError, match="fp8_attention_ws"):  # the Triton kernel takes tensors only
+        A.fp8_attention(q, k, kv)
 
 
 @pytest.mark.gpu

@@ -577,6 +577,9 @@ def v_layout_of(v: torch.Tensor) -> str:
 
 def _check_v_layout(v: torch.Tensor, v_layout: str) -> bool:
     """Return True when V is pre-transposed; raise if it does not match `v_layout`."""
+    if not isinstance(v, torch.Tensor):
+        hint = " (key_ordered_vt's V is for fp8_attention_ws)" if type(v).__name__ == "KeyOrderedVt" else ""
+        raise TypeError(f"v: expected a torch.Tensor, got {type(v).__name__}{hint}")
     if v_layout not in ("auto", "natural", "transposed"):
         raise ValueError(f"v_layout: expected 'auto', 'natural' or 'transposed', got {v_layout!r}")
     found = v_layout_of(v) if v.dim() in (3, 4) else "natural"

@@ -137,8 +137,9 @@ def default_ws_config(head_dim: int, causal: bool = False) -> WsConfig:
     """The key block and stage count that measured best on the H200 (v8, v9, v11): 128 keys at
     head_dim 64 and 128 (four stages at 128 non-causal, v11); 64 keys in four stages at 256. v9 had
     moved 256 to FA3's 128 keys in two stages, but once P is cast next to its MMA (v11) that tile
-    holds P in float32 across the loop and spills; 64 keys do not (0.85-0.92x FA3 FP8 against
-    0.64-0.79x in the same run). 256 keys at head_dim 64 compile without spills too but were no faster."""
+    holds P in float32 across the loop and spills; 64 keys do not (0.81-0.94x FA3 FP8 against
+    0.64-0.79x for 128 keys in the same run). 256 keys at head_dim 64 compile without spills too
+    but were no faster."""
     if head_dim <= 64:
         return WsConfig(block_n=128, stages=4 if causal else 3)
     if head_dim <= 128:
@@ -260,7 +261,8 @@ if HAVE_GLUON:
                 s = warpgroup_mma(q_smem, k_bufs.index(st).permute((1, 0)), zero_s, use_acc=False, is_async=True)
                 if RESCALE_UNDER_MMA:
                     acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
-                acc = warpgroup_mma(_ws_p_operand(p, p_layout, PERMUTE_KEYS), v_bufs.index(prev).permute((1, 0)), acc, is_async=True)
+                acc = warpgroup_mma(_ws_p_operand(p, p_layout, PERMUTE_KEYS), v_bufs.index(prev).permute((1, 0)), acc,
+                                    is_async=True)
                 _ws_pass(turn, wg, PINGPONG)
                 s = warpgroup_mma_wait(1, deps=[s])  # S_j done; the PV product of block j-1 may still run
                 if it < n_masked:
@@ -450,7 +452,8 @@ def fp8_attention_ws(
             )
         vt_keys = s_k
     if (vt_keys % 16) or vt.data_ptr() % 16:
-        raise ValueError(f"v: TMA needs 16-byte aligned rows of V^T: seqlen_k % 16 == 0, got seqlen_k={s_k}")
+        raise ValueError(f"v: TMA needs 16-byte aligned rows of V^T: seqlen_k % 16 == 0 (or key_ordered_vt(v), which "
+                         f"pads), got seqlen_k={s_k}")
     scale = check_softmax_scale(softmax_scale, d)
     descales = []
     for name, t in (("q_descale", q_descale), ("k_descale", k_descale), ("v_descale", v_descale)):

@@ -20,8 +20,8 @@ from fp8lab.kernels.attention import key_order
 from fp8lab.kernels.fp8_rounding import round_to_bf16, round_to_e4m3
 from fp8lab.reference.exact import dequantize
 
-__all__ = ["cast_demo", "folded_scale_error", "key_order_values", "p_grid_fractions", "p_register_layout", "tuning_record", "v10_record", "v11_record",
-           "v_layout_costs", "ws_record"]
+__all__ = ["cast_demo", "folded_scale_error", "key_order_values", "p_grid_fractions", "p_register_layout",
+           "tuning_record", "v10_record", "v11_record", "v_layout_costs", "ws_record"]
 
 
 def _scores(q, k, q_descale, k_descale, softmax_scale):
