@@ -781,7 +781,7 @@ def _wc(label: str) -> tuple["object", bool]:
         raise ValueError(f"ws config label: expected like 'ws-n128s3-pp-kv', got {label!r}")
     opts = m.group(3).split("-")
     return W.WsConfig(block_n=int(m.group(1)), stages=int(m.group(2)), pingpong="pp" in opts,
-                      rescale_under_mma="ru" in opts), "kv" in opts
+                      rescale_under_mma="ru" in opts, pack_p="pw" in opts), "kv" in opts
 
 
 def v11_ws_candidates(d: int, causal: bool) -> list[tuple[str, "object", bool]]:
@@ -803,6 +803,8 @@ def v11(run: Run, prov: dict, dims: tuple[int, ...] = (64, 128, 256), repeats: i
     """--v11: the Gluon kernel cast late and with key-ordered V against v10's Gluon kernel
     (`fp8lab/kernels/_v10_attention_ws.py`, copied from the last commit by the session command),
     the Triton default, fa3-fwd FP8 and vLLM, `repeats` interleaved rounds per case."""
+    import dataclasses
+
     from fp8lab.kernels import attention_ws as W
     from fp8lab.reference.fa3 import attention_fa3_fp8
 
@@ -828,6 +830,10 @@ def v11(run: Run, prov: dict, dims: tuple[int, ...] = (64, 128, 256), repeats: i
                 if ref is not None and cfg == W.default_ws_config(d, causal):
                     row.update(same_bits_as_v10=bool(torch.equal(out, ref[0]) and torch.equal(lse, ref[1])),
                                out_bits_differing=float((out != ref[0]).float().mean()))
+                if cfg.pack_p:  # packing P is a change of representation only: the same bits as float32 P
+                    o32, l32 = W.fp8_attention_ws(q, k, kv, q_descale=qd, k_descale=kd, v_descale=vd, causal=causal,
+                                                  config=dataclasses.replace(cfg, pack_p=False))
+                    row.update(same_bits_as_unpacked=bool(torch.equal(out, o32) and torch.equal(lse, l32)))
             except Exception as e:  # noqa: BLE001
                 row = dict(section="correctness", case=name, version=tag, config=label, error=repr(e)[:300])
             rows.append(row)
@@ -857,7 +863,8 @@ def v11(run: Run, prov: dict, dims: tuple[int, ...] = (64, 128, 256), repeats: i
 
 def v11_summary(run: Run) -> None:
     rows = run.sections.get("v11", [])
-    report_checks("v11", rows, also_bad=lambda r: r.get("same_bits_as_v10") is False)
+    report_checks("v11", rows, also_bad=lambda r: r.get("same_bits_as_v10") is False
+                  or r.get("same_bits_as_unpacked") is False)
     print_round_medians(rows)
 
 

@@ -53,18 +53,21 @@ def test_bad_input_is_named_before_launch():
 COMPILE = """
 import json, sys
 from fp8lab.kernels import attention_ws as W
-k = W.compile_ws_sm90(int(sys.argv[1]), sys.argv[2] == "1", permute_keys=sys.argv[3] == "1")
+cfg = W.WsConfig(block_n=128, stages=2, pack_p=True) if sys.argv[4] == "1" else None
+k = W.compile_ws_sm90(int(sys.argv[1]), sys.argv[2] == "1", cfg, permute_keys=sys.argv[3] == "1")
 print(json.dumps(dict(ptx=k.asm["ptx"], shared=k.metadata.shared)))
 """
 
 
 @needs_gluon
-@pytest.mark.parametrize("head_dim,causal,permute_keys", [(64, False, False), (128, True, False), (256, False, False),
-                                                         (128, False, True)])
-def test_sm90_compile_has_the_fa3_schedule(head_dim, causal, permute_keys):
+@pytest.mark.parametrize("head_dim,causal,permute_keys,pack_p", [(64, False, False, False), (128, True, False, False),
+                                                                (256, False, False, False), (128, False, True, False),
+                                                                (256, True, True, True)])
+def test_sm90_compile_has_the_fa3_schedule(head_dim, causal, permute_keys, pack_p):
     # Gluon does not run under TRITON_INTERPRET=1 (set for these tests): compile in a clean process
     env = {key: val for key, val in os.environ.items() if key != "TRITON_INTERPRET"}
-    done = subprocess.run([sys.executable, "-c", COMPILE, str(head_dim), str(int(causal)), str(int(permute_keys))], env=env,
+    args = [str(head_dim), str(int(causal)), str(int(permute_keys)), str(int(pack_p))]
+    done = subprocess.run([sys.executable, "-c", COMPILE, *args], env=env,
                           capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert done.returncode == 0, done.stderr[-3000:]
     k = json.loads(done.stdout.strip().splitlines()[-1])
@@ -74,13 +77,15 @@ def test_sm90_compile_has_the_fa3_schedule(head_dim, causal, permute_keys):
     # the intra-warpgroup overlap: wait for S_j while the PV product of block j-1 may still run
     assert "wgmma.wait_group.sync.aligned 1;" in ptx
     assert "cp.async.bulk.tensor" in ptx  # TMA loads
-    cfg = W.default_ws_config(head_dim, causal)
+    cfg = W.WsConfig(block_n=128, stages=2, pack_p=True) if pack_p else W.default_ws_config(head_dim, causal)
     ring = cfg.stages * 2 * cfg.block_n * head_dim + cfg.block_m * head_dim  # e4m3: one byte each
     assert re.search(r"setmaxnreg\.inc\.sync\.aligned\.u32\s+%d" % cfg.consumer_regs, ptx)
     assert ring <= k["shared"] <= ring + 2048
     # P's conversion to the PV wgmma's A operand: 64 index shuffles per consumer and block with
     # plain V^T; with key-ordered V^T none (one is left, outside the loop)
     assert (ptx.count("shfl.sync.idx") <= 1) if permute_keys else (ptx.count("shfl.sync.idx") >= 32)
+    # pack_p: P crosses the loop as four e4m3 per word, packed and unpacked by the kernel's inline PTX
+    assert ("cvt.rn.satfinite.e4m3x2.f32 lo" in ptx) == pack_p
 
 
 @pytest.mark.gpu
@@ -183,6 +188,8 @@ def test_key_ordered_vt_is_checked():
         W.key_ordered_vt(v[0])
     with pytest.raises(TypeError, match="fp8_attention_ws"):  # the Triton kernel takes tensors only
         A.fp8_attention(q, k, kv)
+    with pytest.raises(ValueError, match="key_ordered_vt"):  # packed P is in key order: plain V^T cannot take it
+        W.fp8_attention_ws(q, k, pretranspose_v(v), config=W.WsConfig(block_n=128, stages=2, pack_p=True))
 
 
 @pytest.mark.gpu
@@ -211,3 +218,12 @@ def test_gpu_key_ordered_v_gives_the_same_attention(d):
             plain, plain_lse = W.fp8_attention_ws(q, k, pretranspose_v(v), q_descale=qd, k_descale=kd,
                                                   v_descale=vd, causal=causal, config=cfg)
             assert torch.equal(lse, plain_lse) and torch.equal(out, plain), (sq, sk, causal)
+        if d == 256:  # P carried packed (pack_p): a change of representation only, the same bits as float32 P
+            packed = W.WsConfig(block_n=128, stages=2, pack_p=True)
+            out_k, lse_k = W.fp8_attention_ws(q, k, W.key_ordered_vt(v), q_descale=qd, k_descale=kd, v_descale=vd,
+                                              causal=causal, config=packed)
+            out_f, lse_f = W.fp8_attention_ws(q, k, W.key_ordered_vt(v), q_descale=qd, k_descale=kd, v_descale=vd,
+                                              causal=causal, config=dataclasses.replace(packed, pack_p=False))
+            assert torch.equal(out_k, out_f) and torch.equal(lse_k, lse_f), (sq, sk, causal)
+            emu_k = attention_fa3_fp8(q, k, v, qd, kd, vd, causal=causal, block_n=packed.block_n)
+            assert rel_l2(out_k, emu_k) <= 0.6 * rel_l2(emu_k, exact), (sq, sk, causal)

@@ -91,13 +91,15 @@ class WsConfig:
     stages: int = 2
     pingpong: bool = False  # FA3's ordering of the two consumers' MMAs (mbarriers standing in for its named barriers)
     rescale_under_mma: bool = False  # FA3's place for O's rescale: under the next QK^T MMA
+    pack_p: bool = False  # carry P across the loop as packed e4m3 words, not float32 (needs key_ordered_vt)
     consumers = 2
     block_m = 128
     consumer_regs = 240  # registers per consumer thread after the loader warp gave its own back
     maxnreg = 168  # registers per thread at launch: 3 warpgroups (the loader's counts as one) x 168 <= 64K
 
     def label(self) -> str:
-        return f"ws-n{self.block_n}s{self.stages}" + "-pp" * self.pingpong + "-ru" * self.rescale_under_mma
+        return (f"ws-n{self.block_n}s{self.stages}" + "-pp" * self.pingpong + "-ru" * self.rescale_under_mma
+                + "-pw" * self.pack_p)
 
 
 @dataclass(frozen=True)
@@ -138,8 +140,10 @@ def default_ws_config(head_dim: int, causal: bool = False) -> WsConfig:
     head_dim 64 and 128 (four stages at 128 non-causal, v11); 64 keys in four stages at 256. v9 had
     moved 256 to FA3's 128 keys in two stages, but once P is cast next to its MMA (v11) that tile
     holds P in float32 across the loop and spills; 64 keys do not (0.81-0.94x FA3 FP8 against
-    0.64-0.79x for 128 keys in the same run). 256 keys at head_dim 64 compile without spills too
-    but were no faster."""
+    0.64-0.79x for 128 keys in the same run). `WsConfig(block_n=128, stages=2, pack_p=True)` with
+    a `key_ordered_vt` V spills no more: measured once, causal +4 % at 8k and 16k tokens and a tie
+    at 4k, non-causal 6-9 % slower; not a default on one run. 256 keys at head_dim 64 compile
+    without spills too but were no faster."""
     if head_dim <= 64:
         return WsConfig(block_n=128, stages=4 if causal else 3)
     if head_dim <= 128:
@@ -191,16 +195,45 @@ if HAVE_GLUON:
         return p, alpha, l_i, m_new
 
     @gluon.jit
-    def _ws_p_operand(p, p_layout: gl.constexpr, PERMUTE_KEYS: gl.constexpr):
-        """e4m3(P) as the register A operand of the PV wgmma. P is cast here, next to its MMA: a
-        loop-carried e4m3 tensor lives one byte per register and costs a repack of every byte (v11).
-        PERMUTE_KEYS (V^T from `key_ordered_vt`): columns relabelled so that the conversion to the
-        A layout moves no data (`fp8lab.kernels.attention.in_key_order`)."""
-        p8 = p.to(gl.float8e4nv)
-        if PERMUTE_KEYS:
-            p8 = p8.reshape(p8.shape[0], p8.shape[1] // 32, 2, 2, 4, 2).permute(0, 1, 2, 4, 3, 5).reshape(p8.shape)
-            return gl.convert_layout(p8, p_layout, assert_trivial=True)
-        return gl.convert_layout(p8, p_layout)
+    def _ws_in_key_order(x):
+        """Columns relabelled as `fp8lab.kernels.attention.in_key_order` does (a register renaming)."""
+        return x.reshape(x.shape[0], x.shape[1] // 32, 2, 2, 4, 2).permute(0, 1, 2, 4, 3, 5).reshape(x.shape)
+
+    @gluon.jit
+    def _ws_carry(p, PACK_P: gl.constexpr):
+        """What of P crosses the loop's back edge to its PV MMA in the next iteration: P itself
+        (float32), or with PACK_P e4m3(P) packed four per int32 by inline PTX (Gluon represents a
+        loop-carried e4m3 tensor one byte per register and would re-pack it, v11), in key order."""
+        if PACK_P:
+            x = _ws_in_key_order(p).reshape(p.shape[0], p.shape[1] // 4, 2, 2)  # column 4g + 2i + j
+            x_j0, x_j1 = x.split()
+            e0, e2 = x_j0.split()
+            e1, e3 = x_j1.split()
+            carried = gl.inline_asm_elementwise(
+                "{.reg .b16 lo, hi; cvt.rn.satfinite.e4m3x2.f32 lo, $2, $1; cvt.rn.satfinite.e4m3x2.f32 hi, $4, $3; "
+                "mov.b32 $0, {lo, hi};}", "=r,f,f,f,f", [e0, e1, e2, e3], dtype=gl.int32, is_pure=True, pack=1)
+        else:
+            carried = p
+        return carried
+
+    @gluon.jit
+    def _ws_p_operand(pc, p_layout: gl.constexpr, PERMUTE_KEYS: gl.constexpr, PACK_P: gl.constexpr):
+        """e4m3(P) as the register A operand of the PV wgmma, from what `_ws_carry` kept. P is cast
+        here, next to its MMA (v11). PERMUTE_KEYS (V^T from `key_ordered_vt`): columns relabelled
+        so that the conversion to the A layout moves no data."""
+        if PACK_P:
+            b0, b1, b2, b3 = gl.inline_asm_elementwise(
+                "{.reg .b32 t; bfe.u32 t, $4, 0, 8; cvt.u16.u32 $0, t; bfe.u32 t, $4, 8, 8; cvt.u16.u32 $1, t; "
+                "bfe.u32 t, $4, 16, 8; cvt.u16.u32 $2, t; bfe.u32 t, $4, 24, 8; cvt.u16.u32 $3, t;}",
+                "=c,=c,=c,=c,r", [pc], dtype=(gl.int8, gl.int8, gl.int8, gl.int8), is_pure=True, pack=1)
+            x = gl.join(gl.join(b0, b2), gl.join(b1, b3))
+            p8 = gl.convert_layout(x.reshape(x.shape[0], x.shape[1] * 4).to(gl.float8e4nv, bitcast=True), p_layout,
+                                   assert_trivial=True)
+        elif PERMUTE_KEYS:
+            p8 = gl.convert_layout(_ws_in_key_order(pc.to(gl.float8e4nv)), p_layout, assert_trivial=True)
+        else:
+            p8 = gl.convert_layout(pc.to(gl.float8e4nv), p_layout)
+        return p8
 
     @gluon.jit
     def _ws_turn(turn, wg, rnd, PINGPONG: gl.constexpr):
@@ -219,7 +252,7 @@ if HAVE_GLUON:
                      o_base, stride_os, l_base,
                      BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr,
                      CAUSAL: gl.constexpr, MAX_OFFSET: gl.constexpr, PINGPONG: gl.constexpr,
-                     RESCALE_UNDER_MMA: gl.constexpr, PERMUTE_KEYS: gl.constexpr):
+                     RESCALE_UNDER_MMA: gl.constexpr, PERMUTE_KEYS: gl.constexpr, PACK_P: gl.constexpr):
         """One warpgroup, 64 query rows: S = Q K^T and O += e4m3(P) V^T as async wgmma, the
         softmax in between, then the epilogue. Several run side by side on the same K/V ring.
 
@@ -253,6 +286,7 @@ if HAVE_GLUON:
             if n_masked > 0:
                 s = _ws_mask(s, (n_blocks - 1) * BLOCK_N, offs_m, seqlen_k, diag, BLOCK_N, CAUSAL, s_layout)
             p, alpha, l_i, m_i = _ws_softmax(s, m_i, l_i, scale_log2, MAX_OFFSET)
+            pc = _ws_carry(p, PACK_P)
             for it in range(1, n_blocks):
                 st = it % STAGES
                 prev = (it - 1) % STAGES
@@ -261,14 +295,15 @@ if HAVE_GLUON:
                 s = warpgroup_mma(q_smem, k_bufs.index(st).permute((1, 0)), zero_s, use_acc=False, is_async=True)
                 if RESCALE_UNDER_MMA:
                     acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
-                acc = warpgroup_mma(_ws_p_operand(p, p_layout, PERMUTE_KEYS), v_bufs.index(prev).permute((1, 0)), acc,
-                                    is_async=True)
+                p8 = _ws_p_operand(pc, p_layout, PERMUTE_KEYS, PACK_P)
+                acc = warpgroup_mma(p8, v_bufs.index(prev).permute((1, 0)), acc, is_async=True)
                 _ws_pass(turn, wg, PINGPONG)
                 s = warpgroup_mma_wait(1, deps=[s])  # S_j done; the PV product of block j-1 may still run
                 if it < n_masked:
                     s = _ws_mask(s, (n_blocks - 1 - it) * BLOCK_N, offs_m, seqlen_k, diag, BLOCK_N, CAUSAL,
                                  s_layout)
                 p, alpha, l_i, m_i = _ws_softmax(s, m_i, l_i, scale_log2, MAX_OFFSET)
+                pc = _ws_carry(p, PACK_P)
                 acc = warpgroup_mma_wait(0, deps=[acc])
                 mbarrier.arrive(empty.index(prev), count=1)  # K_{j-1} and V_{j-1} are free
                 if not RESCALE_UNDER_MMA:
@@ -277,8 +312,8 @@ if HAVE_GLUON:
             if RESCALE_UNDER_MMA:
                 acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
             _ws_turn(turn, wg, n_blocks, PINGPONG)
-            acc = warpgroup_mma(_ws_p_operand(p, p_layout, PERMUTE_KEYS), v_bufs.index(last).permute((1, 0)), acc,
-                                is_async=True)
+            p8 = _ws_p_operand(pc, p_layout, PERMUTE_KEYS, PACK_P)
+            acc = warpgroup_mma(p8, v_bufs.index(last).permute((1, 0)), acc, is_async=True)
             _ws_pass(turn, wg, PINGPONG)
             acc = warpgroup_mma_wait(0, deps=[acc])
 
@@ -308,7 +343,7 @@ if HAVE_GLUON:
         softmax_scale_log2,
         GROUP: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
         CONSUMERS: gl.constexpr, CONSUMER_REGS: gl.constexpr, CAUSAL: gl.constexpr, MAX_OFFSET: gl.constexpr,
-        PINGPONG: gl.constexpr, RESCALE_UNDER_MMA: gl.constexpr, PERMUTE_KEYS: gl.constexpr,
+        PINGPONG: gl.constexpr, RESCALE_UNDER_MMA: gl.constexpr, PERMUTE_KEYS: gl.constexpr, PACK_P: gl.constexpr,
     ):
         BLOCK_M: gl.constexpr = 64 * CONSUMERS
         # The teaching kernel's schedule: heads in L2-sized chunks, longest query blocks first.
@@ -366,10 +401,10 @@ if HAVE_GLUON:
         gl.warp_specialize([
             (_ws_consumer, (bufs, bars, 0, n_blocks, n_masked, m0, seqlen_q, seqlen_k, diag, scale_log2,
                             v_descale, o_base, stride_os, l_base, BLOCK_N, HEAD_DIM, STAGES, CAUSAL, MAX_OFFSET,
-                            PINGPONG, RESCALE_UNDER_MMA, PERMUTE_KEYS)),
+                            PINGPONG, RESCALE_UNDER_MMA, PERMUTE_KEYS, PACK_P)),
             (_ws_consumer, (bufs, bars, 1, n_blocks, n_masked, m0, seqlen_q, seqlen_k, diag, scale_log2,
                             v_descale, o_base, stride_os, l_base, BLOCK_N, HEAD_DIM, STAGES, CAUSAL, MAX_OFFSET,
-                            PINGPONG, RESCALE_UNDER_MMA, PERMUTE_KEYS)),
+                            PINGPONG, RESCALE_UNDER_MMA, PERMUTE_KEYS, PACK_P)),
             (_ws_loader, (q_desc, k_desc, vt_desc, bufs, bars, b * seqlen_q + m0, h * HEAD_DIM, b * seqlen_k,
                           hk * HEAD_DIM, (b * heads_kv + hk) * HEAD_DIM, n_blocks, BLOCK_N, STAGES, CONSUMERS)),
         ], [4, 1], [CONSUMER_REGS, 24])
@@ -421,6 +456,8 @@ def fp8_attention_ws(
     if not HAVE_GLUON:
         raise RuntimeError(f"fp8_attention_ws needs Gluon (triton >= 3.5); this triton is {triton.__version__}")
     keyed = isinstance(v, KeyOrderedVt)
+    if config is not None and config.pack_p and not keyed:
+        raise ValueError("config: pack_p=True packs P in key order and needs V^T from key_ordered_vt(v), got a tensor")
     vt = v.data if keyed else v
     if keyed:
         if vt.dim() != 4 or vt.shape[-1] % 32 or not vt.is_contiguous() or vt.shape[-1] - v.seqlen_k not in range(32):
@@ -488,7 +525,8 @@ def fp8_attention_ws(
         scale * LOG2E,
         GROUP=h // hk, HEAD_DIM=d, BLOCK_N=cfg.block_n, STAGES=cfg.stages, CONSUMERS=cfg.consumers,
         CONSUMER_REGS=cfg.consumer_regs, CAUSAL=bool(causal), MAX_OFFSET=float(max_offset),
-        PINGPONG=cfg.pingpong, RESCALE_UNDER_MMA=cfg.rescale_under_mma, PERMUTE_KEYS=keyed, num_warps=4,
+        PINGPONG=cfg.pingpong, RESCALE_UNDER_MMA=cfg.rescale_under_mma, PERMUTE_KEYS=keyed, PACK_P=cfg.pack_p,
+        num_warps=4,
         maxnreg=cfg.maxnreg,
     )
     return out, lse
@@ -523,7 +561,7 @@ def compile_ws_sm90(head_dim: int = 128, causal: bool = False, config: WsConfig 
                  softmax_scale_log2="fp32")
     const = dict(GROUP=1, HEAD_DIM=head_dim, BLOCK_N=cfg.block_n, STAGES=cfg.stages, CONSUMERS=cfg.consumers,
                  CONSUMER_REGS=cfg.consumer_regs, CAUSAL=causal, MAX_OFFSET=FA3_MAX_OFFSET, PINGPONG=cfg.pingpong,
-                 RESCALE_UNDER_MMA=cfg.rescale_under_mma, PERMUTE_KEYS=permute_keys)
+                 RESCALE_UNDER_MMA=cfg.rescale_under_mma, PERMUTE_KEYS=permute_keys, PACK_P=cfg.pack_p)
     params = list(inspect.signature(_fp8_attention_ws_fwd.fn).parameters)
     sig = {p: "constexpr" if p in const else types.get(p, "i32") for p in params}
     return triton.compile(GluonASTSource(_fp8_attention_ws_fwd, sig, const), target=GPUTarget("cuda", 90, 128),
