@@ -405,7 +405,8 @@ v11_table
 # FP8 here, 0.91-0.97x in the next run with four stages when non-causal; at 4k tokens causal the
 # two kernels trade places from run to run), and +23-27 % at 64, where the Triton kernel stays
 # faster. At 256, 128-key tiles hold P in float32 across the loop and spill, so v11 goes back to
-# 64 keys: -1 to +7 % over v10, 0.81-0.94x. On Hopper, at head dims 128 and 256,
+# 64 keys: -1 to +7 % over v10, 0.81-0.94x (`WsConfig(pack_p=True)` keeps 128 keys by carrying P
+# as packed e4m3 words instead: an opt-in, measured once). On Hopper, at head dims 128 and 256,
 # `fp8_attention_ws(q, k, key_ordered_vt(v), ...)` is fp8lab's fastest call.
 
 # %% [markdown]
