@@ -301,7 +301,7 @@ ws.pivot_table(index="case", columns=["version", "kernel"], values="ratio", sort
 #   +5 % per case). FA3's wider key block did: 128 keys at head dim 256 (two stages fill 164 KB of
 #   shared memory) run 0.79-0.88x FA3 FP8, 4-10 % ahead of the Triton kernel in all six cases.
 #   At 64 and 128 the Triton kernel, two or three programs per SM overlapping each other,
-#   stays ahead: structure alone was not enough.
+#   stays ahead: structure alone was not enough (until v11 found what held it back: section (j)).
 
 # %% [markdown]
 # ## (i) FP8 step 5: P's register layout (v10)
