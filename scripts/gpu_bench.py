@@ -796,7 +796,7 @@ def v11_ws_candidates(d: int, causal: bool) -> list[tuple[str, "object", bool]]:
     out = [("ws", base, False), ("ws", base, True)]
     if d == 256:
         out += [("ws", W.WsConfig(block_n=64, stages=4), True)]
-    return out
+    return list(dict.fromkeys(out))  # at 256 the default is that 64-key tile since v11
 
 
 def v11(run: Run, prov: dict, dims: tuple[int, ...] = (64, 128, 256), repeats: int = 3) -> None:
@@ -1071,6 +1071,24 @@ def inspect_configs() -> list[tuple[int, bool, str, "A.AttentionConfig"]]:
     return out
 
 
+def _cubin_usage_and_sass(cubin: bytes) -> tuple[str, str]:
+    """cuobjdump's resource usage (registers, stack) and nvdisasm's SASS of a compiled cubin, with the
+    tools bundled in this Triton."""
+    import subprocess
+    import tempfile
+
+    import triton
+
+    bindir = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "k.cubin"
+        path.write_bytes(cubin)
+        def run_tool(*cmd) -> str:
+            return subprocess.run([str(c) for c in cmd], capture_output=True, text=True).stdout
+
+        return run_tool(bindir / "cuobjdump", "--dump-resource-usage", path), run_tool(bindir / "nvdisasm", "-c", path)
+
+
 def inspect_offline(out: Path) -> None:
     """Compile the defaults with and without `permute_keys` for sm_90 on any host (no GPU) and
     report registers, stack (spills), each loop's instruction mix (with the P shuffle's
@@ -1110,13 +1128,11 @@ def inspect_offline(out: Path) -> None:
                     **({"maxnreg": cfg.maxnreg} if cfg.maxnreg else {}))
         t0 = time.time()
         k = triton.compile(ASTSource(kern, sig, const, attrs), target=GPUTarget("cuda", 90, 128), options=opts)
+        usage, sass = _cubin_usage_and_sass(k.asm["cubin"])
         with tempfile.TemporaryDirectory() as tmp:
-            cubin, ptx = Path(tmp) / "k.cubin", Path(tmp) / "k.ptx"
-            cubin.write_bytes(k.asm["cubin"])
+            ptx = Path(tmp) / "k.ptx"
             ptx.write_text(k.asm["ptx"])
             sh = lambda *cmd: subprocess.run([str(c) for c in cmd], capture_output=True, text=True)  # noqa: E731
-            usage = sh(bindir / "cuobjdump", "--dump-resource-usage", cubin).stdout
-            sass = sh(bindir / "nvdisasm", "-c", cubin).stdout
             notes = ""
             for ptxas in ("ptxas-blackwell", "ptxas"):  # the one that reads this PTX version
                 r = sh(bindir / ptxas, "-arch=sm_90a", "-v", ptx, "-o", Path(tmp) / "x.cubin")
@@ -1148,27 +1164,16 @@ def inspect_ws_offline() -> list[dict]:
     P's packing and shuffles (PRMT, LOP3, SHFL.IDX, SEL; the loop's masked branch included) and
     local-memory traffic. v10's loop is commit 7675c3e's `attention_ws.py` compiled the same way."""
     import re
-    import subprocess
-    import tempfile
-
-    import triton
 
     from fp8lab.kernels import attention_ws as W
 
-    bindir = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
     rows = []
     for d in (64, 128, 256):
         for causal in (False, True):
             for keyed in (False, True):
                 cfg = W.default_ws_config(d, causal)
-                k = W.compile_ws_sm90(d, causal, cfg, permute_keys=keyed)
-                with tempfile.TemporaryDirectory() as tmp:
-                    cubin = Path(tmp) / "k.cubin"
-                    cubin.write_bytes(k.asm["cubin"])
-                    sass = subprocess.run([str(bindir / "nvdisasm"), "-c", str(cubin)], capture_output=True,
-                                          text=True).stdout
-                    usage = subprocess.run([str(bindir / "cuobjdump"), "--dump-resource-usage", str(cubin)],
-                                           capture_output=True, text=True).stdout
+                compiled = W.compile_ws_sm90(d, causal, cfg, permute_keys=keyed)
+                usage, sass = _cubin_usage_and_sass(compiled.asm["cubin"])
                 stack = re.search(r"STACK:(\d+)", usage)
                 loop = _loop_stats(sass)[0]  # the first consumer's main loop
                 row = dict(kernel="gluon", head_dim=d, causal=causal, config=cfg.label() + "-kv" * keyed,
