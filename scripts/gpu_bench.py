@@ -776,47 +776,62 @@ def _wc(label: str) -> tuple["object", bool]:
 
     from fp8lab.kernels import attention_ws as W
 
-    m = re.fullmatch(r"ws-n(\d+)s(\d+)((?:-[a-z]+)*)", label)
+    m = re.fullmatch(r"ws-n(\d+)s(\d+)((?:-[a-z0-9]+)*)", label)
     if not m:
         raise ValueError(f"ws config label: expected like 'ws-n128s3-pp-kv', got {label!r}")
     opts = m.group(3).split("-")
     return W.WsConfig(block_n=int(m.group(1)), stages=int(m.group(2)), pingpong="pp" in opts,
-                      rescale_under_mma="ru" in opts, pack_p="pw" in opts), "kv" in opts
+                      rescale_under_mma="ru" in opts, pack_p="pw" in opts, consumers=3 if "c3" in opts else 2), "kv" in opts
 
 
 def v11_ws_candidates(d: int, causal: bool) -> list[tuple[str, "object", bool]]:
-    """(tag, WsConfig, key-ordered V) for --v11: the default tile cast late, with and without the
-    key-ordered V, and at 256 also FA3's old 64-key tile (no spills there); or what --ws-candidates
-    names for the case."""
+    """(tag, WsConfig, key-ordered V) for --v11: the defaults for plain and for key-ordered V^T,
+    the key-ordered default with P in float32 (pack_p off, where it is on), and at 256 the 64-key
+    tile with key-ordered V; or what --ws-candidates names for the case."""
+    import dataclasses
+
     from fp8lab.kernels import attention_ws as W
 
     if (d, causal) in V11_WS_CANDIDATES:
         return [("ws", *_wc(label)) for label in V11_WS_CANDIDATES[(d, causal)]]
-    base = W.default_ws_config(d, causal)
-    out = [("ws", base, False), ("ws", base, True)]
+    keyed = W.default_ws_config(d, causal, key_ordered=True)
+    out = [("ws", W.default_ws_config(d, causal), False), ("ws", keyed, True),
+           ("ws", dataclasses.replace(keyed, pack_p=False), True)]
     if d == 256:
         out += [("ws", W.WsConfig(block_n=64, stages=4), True)]
-    return list(dict.fromkeys(out))  # at 256 the default is that 64-key tile since v11
+    return list(dict.fromkeys(out))  # duplicates where the defaults coincide
 
 
-def v11(run: Run, prov: dict, dims: tuple[int, ...] = (64, 128, 256), repeats: int = 3) -> None:
-    """--v11: the Gluon kernel cast late and with key-ordered V against v10's Gluon kernel
-    (`fp8lab/kernels/_v10_attention_ws.py`, copied from the last commit by the session command),
-    the Triton default, fa3-fwd FP8 and vLLM, `repeats` interleaved rounds per case."""
+def v11(run: Run, prov: dict, dims: tuple[int, ...] = (64, 128, 256), repeats: int = 3,
+        old_version: str = "v10") -> None:
+    """--v11: the Gluon kernel's candidates against an earlier version's Gluon kernel
+    (`fp8lab/kernels/_<old_version>_attention_ws.py`, copied from that version's commit by the
+    session command: v10 7675c3e, v11 099d169), the Triton default, fa3-fwd FP8 and vLLM,
+    `repeats` interleaved rounds per case. The old kernel runs its default and, where it has
+    `pack_p`, each packed candidate's config; the same bits are expected from both."""
     import dataclasses
 
     from fp8lab.kernels import attention_ws as W
     from fp8lab.reference.fa3 import attention_fa3_fp8
 
-    old = _old_module("v10", "attention_ws")
+    old = _old_module(old_version, "attention_ws")
+
+    def old_configs(d: int, causal: bool) -> list:
+        """The old kernel's configs to run: its default, and the packed candidates it can run."""
+        if old is None:
+            return []
+        packed = [cfg for _, cfg, keyed in v11_ws_candidates(d, causal)
+                  if cfg.pack_p and keyed and set(dataclasses.asdict(cfg)) <= set(old.WsConfig.__dataclass_fields__)]
+        return [None] + [old.WsConfig(**dataclasses.asdict(cfg)) for cfg in packed]
     gen = torch.Generator(device="cuda").manual_seed(11)
     rows: list[dict] = []
     for name, causal, (q, k, v, qd, kd, vd), vt, exact in check_inputs(dims, gen):
         d = q.shape[-1]
         kv = W.key_ordered_vt(v)
-        ref = None
-        if old is not None:
-            ref = old.fp8_attention_ws(q, k, vt, q_descale=qd, k_descale=kd, v_descale=vd, causal=causal)
+        refs = {}  # the old kernel's output per config (None: its default, plain V^T)
+        for ocfg in old_configs(d, causal):
+            refs[ocfg] = old.fp8_attention_ws(q, k, vt if ocfg is None else old.key_ordered_vt(v), q_descale=qd,
+                                              k_descale=kd, v_descale=vd, causal=causal, config=ocfg)
         for tag, cfg, keyed in v11_ws_candidates(d, causal):
             label = cfg.label() + "-kv" * keyed
             try:
@@ -827,9 +842,11 @@ def v11(run: Run, prov: dict, dims: tuple[int, ...] = (64, 128, 256), repeats: i
                 row = dict(section="correctness", case=name, version=tag, config=label, ours_vs_emu=e_emu,
                            emu_vs_exact=e_exact, ratio=e_emu / max(e_exact, 1e-30),
                            finite=bool(torch.isfinite(out).all()))
-                if ref is not None and cfg == W.default_ws_config(d, causal):
-                    row.update(same_bits_as_v10=bool(torch.equal(out, ref[0]) and torch.equal(lse, ref[1])),
-                               out_bits_differing=float((out != ref[0]).float().mean()))
+                ref = next((o for c, o in refs.items() if (c is None and cfg == W.default_ws_config(d, causal))
+                            or (c is not None and c.label() == cfg.label() and keyed)), None)
+                if ref is not None:
+                    row.update({f"same_bits_as_{old_version}": bool(torch.equal(out, ref[0]) and torch.equal(lse, ref[1])),
+                                "out_bits_differing": float((out != ref[0]).float().mean())})
                 if cfg.pack_p:  # packing P is a change of representation only: the same bits as float32 P
                     o32, l32 = W.fp8_attention_ws(q, k, kv, q_descale=qd, k_descale=kd, v_descale=vd, causal=causal,
                                                   config=dataclasses.replace(cfg, pack_p=False))
@@ -853,8 +870,9 @@ def v11(run: Run, prov: dict, dims: tuple[int, ...] = (64, 128, 256), repeats: i
                                                                   config=cfg0))]
         timed += [(tag, cfg.label() + "-kv" * keyed, gluon(W, cfg, kv if keyed else x.vt))
                   for tag, cfg, keyed in v11_ws_candidates(d, causal)]
-        if old is not None:
-            timed.append(("v10 ws", W.default_ws_config(d, causal).label(), gluon(old, None, x.vt)))
+        for ocfg in old_configs(d, causal):
+            label = (ocfg or old.default_ws_config(d, causal)).label() + "-kv" * (ocfg is not None)
+            timed.append((f"{old_version} ws", label, gluon(old, ocfg, x.vt if ocfg is None else old.key_ordered_vt(x.v))))
         timed += provider_timings(prov, x, case, gen)
         for rep in range(repeats):
             time_rows(run, rows, case, timed, min_left=5, rep=rep)
@@ -863,8 +881,7 @@ def v11(run: Run, prov: dict, dims: tuple[int, ...] = (64, 128, 256), repeats: i
 
 def v11_summary(run: Run) -> None:
     rows = run.sections.get("v11", [])
-    report_checks("v11", rows, also_bad=lambda r: r.get("same_bits_as_v10") is False
-                  or r.get("same_bits_as_unpacked") is False)
+    report_checks("v11", rows, also_bad=lambda r: any(v is False for k, v in r.items() if k.startswith("same_bits_as_")))
     print_round_medians(rows)
 
 
@@ -995,7 +1012,7 @@ def v10_grid(run: Run, prov: dict, name: str = "v10_grid", ws_dims: tuple[int, .
         timed = [("fp8lab", cfg.label(), lambda: A.fp8_attention(x.q, x.k, x.vt, x.qd, x.kd, x.vd, causal=causal))]
         if d in ws_dims:
             v = W.key_ordered_vt(x.v) if key_ordered else x.vt
-            timed.append(("fp8lab ws", W.default_ws_config(d, causal).label() + "-kv" * key_ordered,
+            timed.append(("fp8lab ws", W.default_ws_config(d, causal, key_ordered).label() + "-kv" * key_ordered,
                           lambda: W.fp8_attention_ws(x.q, x.k, v, q_descale=x.qd, k_descale=x.kd, v_descale=x.vd,
                                                      causal=causal)))
         timed += provider_timings(prov, x, case, gen, fa3_varlen=True, bf16=True)
@@ -1171,7 +1188,7 @@ def inspect_ws_offline() -> list[dict]:
     for d in (64, 128, 256):
         for causal in (False, True):
             for keyed in (False, True):
-                cfg = W.default_ws_config(d, causal)
+                cfg = W.default_ws_config(d, causal, keyed)
                 compiled = W.compile_ws_sm90(d, causal, cfg, permute_keys=keyed)
                 usage, sass = _cubin_usage_and_sass(compiled.asm["cubin"])
                 stack = re.search(r"STACK:(\d+)", usage)
@@ -1226,7 +1243,7 @@ def main() -> None:
     ap.add_argument("--v10-grid", action="store_true",
                     help="the grid, every provider in one run, one median each (notebook 07's schema, ~3 min)")
     ap.add_argument("--v11", action="store_true",
-                    help="the grid: the Gluon kernel cast late and with key-ordered V against v10's, Triton, FA3, vLLM")
+                    help="the grid: the Gluon kernel's candidates against an earlier version's (--old), Triton, FA3, vLLM")
     ap.add_argument("--v11-grid", action="store_true",
                     help="as --v10-grid, with the Gluon kernel (key-ordered V) at every head dim (~3 min)")
     ap.add_argument("--quant", action="store_true", help="only the quantization section (~2 min)")
@@ -1238,6 +1255,7 @@ def main() -> None:
     ap.add_argument("--ws-candidates", default="",
                     help="--v11: the Gluon configs per case, e.g. '256:ws-n64s5-kv,256c:ws-n64s4-pp-kv' (-kv: V^T "
                          "from key_ordered_vt)")
+    ap.add_argument("--old", default="v10", help="--v11: the earlier version to time against (v10, v11)")
     ap.add_argument("--derive-grid", metavar="RAW_JSON",
                     help="no GPU: write bench_v5_grid.json from a --v5 run's raw JSON (see derive_grid)")
     ap.add_argument("--inspect", action="store_true",
@@ -1266,7 +1284,7 @@ def main() -> None:
         (args.v11_grid, "v11_grid", lambda: v10_grid(run, prov, "v11_grid", (64, 128, 256), key_ordered=True),
          lambda: v10_grid_summary(run, "v11_grid")),
         (args.v10, "v10", lambda: v10(run, prov, dims, args.repeats), lambda: v10_summary(run)),
-        (args.v11, "v11", lambda: v11(run, prov, dims, args.repeats), lambda: v11_summary(run)),
+        (args.v11, "v11", lambda: v11(run, prov, dims, args.repeats, args.old), lambda: v11_summary(run)),
         (args.ws, "ws", lambda: ws(run, prov, dims), lambda: ws_summary(run)),
         (args.quick, "quick", lambda: quick(run, prov), lambda: quick_summary(run)),
     )

@@ -53,39 +53,38 @@ def test_bad_input_is_named_before_launch():
 COMPILE = """
 import json, sys
 from fp8lab.kernels import attention_ws as W
-cfg = W.WsConfig(block_n=128, stages=2, pack_p=True) if sys.argv[4] == "1" else None
-k = W.compile_ws_sm90(int(sys.argv[1]), sys.argv[2] == "1", cfg, permute_keys=sys.argv[3] == "1")
+k = W.compile_ws_sm90(int(sys.argv[1]), sys.argv[2] == "1", permute_keys=sys.argv[3] == "1")  # the default config
 print(json.dumps(dict(ptx=k.asm["ptx"], shared=k.metadata.shared)))
 """
 
 
 @needs_gluon
-@pytest.mark.parametrize("head_dim,causal,permute_keys,pack_p", [(64, False, False, False), (128, True, False, False),
-                                                                (256, False, False, False), (128, False, True, False),
-                                                                (256, True, True, True)])
-def test_sm90_compile_has_the_fa3_schedule(head_dim, causal, permute_keys, pack_p):
+@pytest.mark.parametrize("head_dim,causal,permute_keys", [(64, False, False), (128, True, False), (256, False, False),
+                                                         (64, False, True), (128, False, True), (256, True, True)])
+def test_sm90_compile_has_the_fa3_schedule(head_dim, causal, permute_keys):
     # Gluon does not run under TRITON_INTERPRET=1 (set for these tests): compile in a clean process
     env = {key: val for key, val in os.environ.items() if key != "TRITON_INTERPRET"}
-    args = [str(head_dim), str(int(causal)), str(int(permute_keys)), str(int(pack_p))]
+    args = [str(head_dim), str(int(causal)), str(int(permute_keys))]
     done = subprocess.run([sys.executable, "-c", COMPILE, *args], env=env,
                           capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert done.returncode == 0, done.stderr[-3000:]
     k = json.loads(done.stdout.strip().splitlines()[-1])
     ptx = k["ptx"]
-    # the consumers raise their registers (240), the loader warp gives its own back down to 24
+    # the consumers raise their registers (240; 160 with three), the loader warp gives its own back down to 24
     assert re.search(r"setmaxnreg\.dec\.sync\.aligned\.u32\s+24", ptx)
     # the intra-warpgroup overlap: wait for S_j while the PV product of block j-1 may still run
     assert "wgmma.wait_group.sync.aligned 1;" in ptx
     assert "cp.async.bulk.tensor" in ptx  # TMA loads
-    cfg = W.WsConfig(block_n=128, stages=2, pack_p=True) if pack_p else W.default_ws_config(head_dim, causal)
+    cfg = W.default_ws_config(head_dim, causal, permute_keys)
     ring = cfg.stages * 2 * cfg.block_n * head_dim + cfg.block_m * head_dim  # e4m3: one byte each
     assert re.search(r"setmaxnreg\.inc\.sync\.aligned\.u32\s+%d" % cfg.consumer_regs, ptx)
     assert ring <= k["shared"] <= ring + 2048
     # P's conversion to the PV wgmma's A operand: 64 index shuffles per consumer and block with
     # plain V^T; with key-ordered V^T none (one is left, outside the loop)
     assert (ptx.count("shfl.sync.idx") <= 1) if permute_keys else (ptx.count("shfl.sync.idx") >= 32)
-    # pack_p: P crosses the loop as four e4m3 per word, packed and unpacked by the kernel's inline PTX
-    assert ("cvt.rn.satfinite.e4m3x2.f32 lo" in ptx) == pack_p
+    # pack_p (the key-ordered default, v12): P crosses the loop as four e4m3 per word,
+    # packed by the kernel's inline PTX, and its words are the PV wgmma's A registers as they are
+    assert ("cvt.rn.satfinite.e4m3x2.f32 lo" in ptx) == cfg.pack_p == permute_keys
 
 
 @pytest.mark.gpu
@@ -149,6 +148,39 @@ def test_gpu_fa3_scheduling_details_keep_the_bits(d):
             assert torch.equal(out, outs[0][0]) and torch.equal(lse, outs[0][1])
 
 
+@pytest.mark.gpu
+@pytest.mark.hopper
+@needs_gluon
+@pytest.mark.parametrize("d", [64, 128])
+def test_gpu_three_consumers_give_the_same_bits(d):
+    """FA3's 192-row tile (three consumer warpgroups) changes which rows share a CTA, not any row's
+    arithmetic: a row's key blocks come in the same order, and a causal block that is all masked
+    for it adds exact zeros. The same bits as two consumers, also with ragged and causal shapes."""
+    gen = torch.Generator().manual_seed(d + 21)
+    three = W.WsConfig(block_n=128 if d == 64 else 64, stages=3, pack_p=True, consumers=3)
+    for (b, sq, sk, hq, hk), causal in (((2, 203, 208, 8, 2), False), ((2, 203, 208, 8, 2), True),
+                                        ((1, 450, 77, 4, 4), True), ((1, 64, 300, 2, 1), False)):
+        q, k, v = fp8(gen, b, sq, hq, d, device="cuda"), fp8(gen, b, sk, hk, d, device="cuda"), fp8(gen, b, sk, hk, d, device="cuda")
+        qd, kd, vd = ((torch.rand(b, hk, generator=gen) * 0.4 + 0.05).cuda() for _ in range(3))
+        kv = W.key_ordered_vt(v)
+        out3, lse3 = W.fp8_attention_ws(q, k, kv, q_descale=qd, k_descale=kd, v_descale=vd, causal=causal, config=three)
+        out2, lse2 = W.fp8_attention_ws(q, k, kv, q_descale=qd, k_descale=kd, v_descale=vd, causal=causal,
+                                        config=dataclasses.replace(three, consumers=2))
+        assert torch.equal(out3, out2) and torch.equal(lse3, lse2), (sq, sk, causal)
+        emu = attention_fa3_fp8(q, k, v, qd, kd, vd, causal=causal, block_n=three.block_n)
+        exact = attention_exact(q, k, v, q_descale=qd, k_descale=kd, v_descale=vd, causal=causal)
+        assert rel_l2(out3, emu) <= 0.6 * rel_l2(emu, exact), (sq, sk, causal)
+
+
+def test_ws_config_is_checked():
+    assert W.WsConfig(consumers=3).block_m == 192 and W.WsConfig().block_m == 128
+    assert W.WsConfig(consumers=3, pack_p=True).label() == "ws-n128s2-pw-c3"
+    with pytest.raises(ValueError, match="consumers must be 2 or 3, got 4"):
+        W.WsConfig(consumers=4)
+    with pytest.raises(ValueError, match="pingpong"):
+        W.WsConfig(consumers=3, pingpong=True)
+
+
 def test_key_ordered_vt_stores_each_key_where_p_holds_it():
     """FP8 step 5 for the Gluon kernel: P's column c is relabelled to `key_order`(c) (the Triton
     kernel's own function, run here), so V^T's key c must sit at column key_order(c) of its 32;
@@ -206,9 +238,9 @@ def test_gpu_key_ordered_v_gives_the_same_attention(d):
                                         ((1, 150, 77, 4, 4), True), ((1, 64, 300, 2, 1), False)):
         q, k, v = fp8(gen, b, sq, hq, d, device="cuda"), fp8(gen, b, sk, hk, d, device="cuda"), fp8(gen, b, sk, hk, d, device="cuda")
         qd, kd, vd = ((torch.rand(b, hk, generator=gen) * 0.4 + 0.05).cuda() for _ in range(3))
-        cfg = W.default_ws_config(d, causal)
+        cfg = W.default_ws_config(d, causal, key_ordered=True)
         out, lse = W.fp8_attention_ws(q, k, W.key_ordered_vt(v), q_descale=qd, k_descale=kd, v_descale=vd,
-                                      causal=causal, config=cfg)
+                                      causal=causal)  # the key-ordered default: cfg
         emu, emu_lse = attention_fa3_fp8(q, k, v, qd, kd, vd, causal=causal, block_n=cfg.block_n, return_lse=True)
         exact = attention_exact(q, k, v, q_descale=qd, k_descale=kd, v_descale=vd, causal=causal)
         assert torch.isfinite(out).all()
@@ -216,14 +248,34 @@ def test_gpu_key_ordered_v_gives_the_same_attention(d):
         assert torch.equal(torch.isinf(lse), torch.isinf(emu_lse))
         if sk % 16 == 0:
             plain, plain_lse = W.fp8_attention_ws(q, k, pretranspose_v(v), q_descale=qd, k_descale=kd,
-                                                  v_descale=vd, causal=causal, config=cfg)
+                                                  v_descale=vd, causal=causal, config=dataclasses.replace(cfg, pack_p=False))
             assert torch.equal(lse, plain_lse) and torch.equal(out, plain), (sq, sk, causal)
-        if d == 256:  # P carried packed (pack_p): a change of representation only, the same bits as float32 P
-            packed = W.WsConfig(block_n=128, stages=2, pack_p=True)
+        # P carried packed (pack_p): a change of representation only, the same bits as float32 P
+        packed = [dataclasses.replace(cfg, pack_p=True)] + [W.WsConfig(block_n=64, stages=4, pack_p=True)] * (d == 256)
+        for pcfg in packed:
             out_k, lse_k = W.fp8_attention_ws(q, k, W.key_ordered_vt(v), q_descale=qd, k_descale=kd, v_descale=vd,
-                                              causal=causal, config=packed)
+                                              causal=causal, config=pcfg)
             out_f, lse_f = W.fp8_attention_ws(q, k, W.key_ordered_vt(v), q_descale=qd, k_descale=kd, v_descale=vd,
-                                              causal=causal, config=dataclasses.replace(packed, pack_p=False))
-            assert torch.equal(out_k, out_f) and torch.equal(lse_k, lse_f), (sq, sk, causal)
-            emu_k = attention_fa3_fp8(q, k, v, qd, kd, vd, causal=causal, block_n=packed.block_n)
-            assert rel_l2(out_k, emu_k) <= 0.6 * rel_l2(emu_k, exact), (sq, sk, causal)
+                                              causal=causal, config=dataclasses.replace(pcfg, pack_p=False))
+            assert torch.equal(out_k, out_f) and torch.equal(lse_k, lse_f), (sq, sk, causal, pcfg.label())
+            emu_k = attention_fa3_fp8(q, k, v, qd, kd, vd, causal=causal, block_n=pcfg.block_n)
+            assert rel_l2(out_k, emu_k) <= 0.6 * rel_l2(emu_k, exact), (sq, sk, causal, pcfg.label())
+
+
+def test_v12_records_and_register_counts():
+    """Notebook 08 (k): the recorded runs read back, and the register arithmetic behind them."""
+    from fp8lab.kernels import explain
+
+    rdir = ROOT / "results" / "h200"
+    v12 = explain.v12_record(rdir)
+    assert set(v12["kernel"]) == {"P in float32 (v11 default)", "P packed, v11's unpack",
+                                  "P packed, words as the A operand (v12)", "Triton default"}
+    assert v12["case"].nunique() == 8 and v12["ratio"].between(0.3, 1.5).all()
+    c3 = explain.v12_consumers_record(rdir)
+    assert c3["case"].nunique() == 6 and (c3["head_dim"] == 64).all() and c3["kernel"].nunique() == 3
+    assert c3["ratio"].between(0.3, 1.5).all()
+    r = explain.consumer_registers(256, 128)  # FA3's d=256 tile: over budget with float32 P, not packed
+    assert r["o"] + r["s"] + r["p_float32"] > r["budget"] >= r["o"] + r["s"] + r["p_packed"]
+    r3 = explain.consumer_registers(64, 128, consumers=3)
+    assert r3["budget"] == W.WsConfig(consumers=3).consumer_regs == 160
+    assert r3["o"] + r3["s"] + r3["p_float32"] >= r3["budget"] > r3["o"] + r3["s"] + r3["p_packed"]

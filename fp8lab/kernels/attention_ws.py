@@ -10,8 +10,8 @@ structure FlashAttention-3 uses and Triton's compiler does not build by itself:
   shared-memory stages; per stage one mbarrier says it is full (``ready``, TMA byte
   count) and one that every consumer is done with it (``empty``). The loader keeps
   24 registers per thread and gives the rest to the consumers (setmaxnreg).
-- **Ping-pong consumers.** Two consumer warpgroups, each a partition of its own with
-  64 query rows, run the same code on the same K/V stages; while one computes its
+- **Ping-pong consumers.** Two consumer warpgroups (three with ``WsConfig(consumers=3)``),
+  each a partition of its own with 64 query rows, run the same code on the same K/V stages; while one computes its
   softmax the other's MMAs keep the tensor cores busy. By default the warp schedulers
   interleave them; ``WsConfig(pingpong=True)`` orders their MMAs as FA3's named
   barriers do, with a pair of mbarriers (Gluon exposes no named barriers).
@@ -21,22 +21,26 @@ structure FlashAttention-3 uses and Triton's compiler does not build by itself:
   previous block's PV product.
 - **P stays in registers.** e4m3(P) is the register A operand of the PV wgmma
   (FA3's ``MmaPV_is_RS``); V^T's tile is K-major in shared memory as FP8 wgmma
-  requires, so V must be pre-transposed (`fp8lab.kernels.pretranspose_v`). P is cast
-  to e4m3 right before its MMA: carried across the loop as e4m3 it would live one
-  byte per register and be re-packed in every iteration (v11).
+  requires, so V must be pre-transposed (`fp8lab.kernels.pretranspose_v`). P crosses
+  the loop to that MMA either in float32, cast next to the MMA (carried as e4m3 it
+  would live one byte per register and be re-packed every iteration, v11), or with
+  ``WsConfig(pack_p=True)`` packed four e4m3 per 32-bit word: written after the PV
+  wait, as FA3 does, and given to the wgmma as the same words (v12).
 - **P without shuffles (FP8 step 5).** With V^T from `key_ordered_vt` (keys of each
   32 stored in the order P's registers hold them), P reaches the A operand's layout
   by a renaming of registers. The Triton kernel gets the same by loading K's rows
   permuted (`permute_keys`); here K comes by TMA, which cannot reorder rows.
+- **FA3's tiles.** Packed P frees the registers for them: 128 keys in three stages at
+  head dim 256, and three consumer warpgroups (192 query rows) at 64.
 
-Measured on an H200 (docs/kernel-notes.md, v8, v9 and v11; `results/h200/bench_v11_*`): with
-`key_ordered_vt`, 0.88-0.95x FA3 FP8 at head dim 128 and 0.80-0.94x at 256, where it is the
-faster of fp8lab's two kernels; 0.73-0.78x at 64, where the Triton kernel is faster. v11's
-changes kept every bit of v10's kernel and gained 18-21 % at 128. FA3's ping-pong ordering and
-its rescale under the next MMA (`WsConfig` switches) gave nothing consistent here.
-`fp8_attention` (Triton) stays the general entry point (varlen, natural V, the interpreter);
-this kernel is the faster one at head dims 128 and 256 on Hopper, and the lesson in what
-FA3's structure is made of.
+Measured on an H200 (docs/kernel-notes.md, v8-v12; `results/h200/bench_v12_*`): with
+`key_ordered_vt` and its defaults (packed P), 0.89-0.99x FA3 FP8 at head dim 64, 0.92-0.94x at
+128 and 0.91-1.01x at 256 in the v12 grid, the faster of fp8lab's two kernels in 16 of its 18
+cases (the Triton kernel at 64 with 4k-token sequences). Every v11 and v12 change kept the bits
+of v10's kernel. FA3's ping-pong ordering and its rescale under the next MMA (`WsConfig`
+switches) gave nothing consistent here. `fp8_attention` (Triton) stays the general entry point
+(varlen, natural V, the interpreter); this kernel is the faster one on Hopper, and the lesson in
+what FA3's structure is made of.
 
 Scope: batched (not varlen) inputs on an sm_90 GPU, head_dim 64, 128 or 256, V
 pre-transposed or key-ordered, Q/K/out with head_dim contiguous and rows of (heads x head_dim).
@@ -81,25 +85,41 @@ FA3_MAX_OFFSET = 8.0
 
 @dataclass(frozen=True)
 class WsConfig:
-    """Tiles of the warp-specialized kernel: two consumer warpgroups of 64 query rows each
-    (128 rows per CTA), `block_n` keys per stage, `stages` K/V buffers in the ring, and two of
-    FA3's scheduling details (same bits with or without them).
-    (A three-consumer build, FA3's 192-row tile at head_dim 64, spilled at 160 registers per
-    consumer in v8's offline compiles and was removed.)"""
+    """Tiles of the warp-specialized kernel: `consumers` warpgroups of 64 query rows each (2: 128
+    rows per CTA; 3: FA3's 192 rows, at head_dim 64 with `pack_p`), `block_n` keys per stage,
+    `stages` K/V buffers in the ring, two of FA3's scheduling details (same bits with or without
+    them), and how P crosses the loop."""
 
     block_n: int = 128
     stages: int = 2
     pingpong: bool = False  # FA3's ordering of the two consumers' MMAs (mbarriers standing in for its named barriers)
     rescale_under_mma: bool = False  # FA3's place for O's rescale: under the next QK^T MMA
     pack_p: bool = False  # carry P across the loop as packed e4m3 words, not float32 (needs key_ordered_vt)
-    consumers = 2
-    block_m = 128
-    consumer_regs = 240  # registers per consumer thread after the loader warp gave its own back
-    maxnreg = 168  # registers per thread at launch: 3 warpgroups (the loader's counts as one) x 168 <= 64K
+    consumers: int = 2
+
+    def __post_init__(self) -> None:
+        if self.consumers not in (2, 3):
+            raise ValueError(f"WsConfig: consumers must be 2 or 3, got {self.consumers}")
+        if self.consumers == 3 and self.pingpong:
+            raise ValueError("WsConfig: pingpong orders two consumers; got consumers=3")
+
+    @property
+    def block_m(self) -> int:
+        return 64 * self.consumers
+
+    @property
+    def maxnreg(self) -> int:
+        """Registers per thread at launch: the consumers' warpgroups plus the loader's x this <= 64K."""
+        return 168 if self.consumers == 2 else 128
+
+    @property
+    def consumer_regs(self) -> int:
+        """Registers per consumer thread once the loader warp gave its own back (24)."""
+        return 240 if self.consumers == 2 else 160
 
     def label(self) -> str:
         return (f"ws-n{self.block_n}s{self.stages}" + "-pp" * self.pingpong + "-ru" * self.rescale_under_mma
-                + "-pw" * self.pack_p)
+                + "-pw" * self.pack_p + f"-c{self.consumers}" * (self.consumers != 2))
 
 
 @dataclass(frozen=True)
@@ -135,15 +155,20 @@ def key_ordered_vt(v: torch.Tensor) -> KeyOrderedVt:
     return KeyOrderedVt(vt.contiguous(), s_k)
 
 
-def default_ws_config(head_dim: int, causal: bool = False) -> WsConfig:
-    """The key block and stage count that measured best on the H200 (v8, v9, v11): 128 keys at
-    head_dim 64 and 128 (four stages at 128 non-causal, v11); 64 keys in four stages at 256. v9 had
-    moved 256 to FA3's 128 keys in two stages, but once P is cast next to its MMA (v11) that tile
-    holds P in float32 across the loop and spills; 64 keys do not (0.81-0.94x FA3 FP8 against
-    0.64-0.79x for 128 keys in the same run). `WsConfig(block_n=128, stages=2, pack_p=True)` with
-    a `key_ordered_vt` V spills no more: measured once, causal +4 % at 8k and 16k tokens and a tie
-    at 4k, non-causal 6-9 % slower; not a default on one run. 256 keys at head_dim 64 compile
-    without spills too but were no faster."""
+def default_ws_config(head_dim: int, causal: bool = False, key_ordered: bool = False) -> WsConfig:
+    """The tiles that measured best on the H200 (docs/kernel-notes.md v8-v12).
+
+    key_ordered (V^T from `key_ordered_vt`): P crosses the loop packed four e4m3 per word
+    (`pack_p`, v12), which frees the registers for FA3's tiles: 192 query rows (three consumers)
+    at head_dim 64, 128 keys in three stages at 256. Plain V^T: P crosses in float32, two
+    consumers, 128 keys at 64 and 128 (v11's stage counts), 64 keys in four stages at 256 (128
+    keys spill there)."""
+    if key_ordered:
+        if head_dim <= 64:
+            return WsConfig(block_n=128, stages=3, pack_p=True, consumers=3)
+        if head_dim <= 128:
+            return WsConfig(block_n=128, stages=3 if causal else 4, pack_p=True)
+        return WsConfig(block_n=128, stages=3, pack_p=True)
     if head_dim <= 64:
         return WsConfig(block_n=128, stages=4 if causal else 3)
     if head_dim <= 128:
@@ -222,13 +247,12 @@ if HAVE_GLUON:
         here, next to its MMA (v11). PERMUTE_KEYS (V^T from `key_ordered_vt`): columns relabelled
         so that the conversion to the A layout moves no data."""
         if PACK_P:
-            b0, b1, b2, b3 = gl.inline_asm_elementwise(
-                "{.reg .b32 t; bfe.u32 t, $4, 0, 8; cvt.u16.u32 $0, t; bfe.u32 t, $4, 8, 8; cvt.u16.u32 $1, t; "
-                "bfe.u32 t, $4, 16, 8; cvt.u16.u32 $2, t; bfe.u32 t, $4, 24, 8; cvt.u16.u32 $3, t;}",
-                "=c,=c,=c,=c,r", [pc], dtype=(gl.int8, gl.int8, gl.int8, gl.int8), is_pure=True, pack=1)
-            x = gl.join(gl.join(b0, b2), gl.join(b1, b3))
-            p8 = gl.convert_layout(x.reshape(x.shape[0], x.shape[1] * 4).to(gl.float8e4nv, bitcast=True), p_layout,
-                                   assert_trivial=True)
+            w = gl.join(pc, pc)
+            w = gl.join(w, w)
+            w = w.reshape(w.shape[0], w.shape[1] * 4)  # every word four times, once per byte it holds
+            w = gl.convert_layout(w, p_layout, assert_trivial=True)
+            p8 = gl.inline_asm_elementwise("mov.b32 $0, $1;", "=r,r,r,r,r", [w], dtype=gl.float8e4nv,
+                                           is_pure=True, pack=4)
         elif PERMUTE_KEYS:
             p8 = gl.convert_layout(_ws_in_key_order(pc.to(gl.float8e4nv)), p_layout, assert_trivial=True)
         else:
@@ -303,8 +327,8 @@ if HAVE_GLUON:
                     s = _ws_mask(s, (n_blocks - 1 - it) * BLOCK_N, offs_m, seqlen_k, diag, BLOCK_N, CAUSAL,
                                  s_layout)
                 p, alpha, l_i, m_i = _ws_softmax(s, m_i, l_i, scale_log2, MAX_OFFSET)
-                pc = _ws_carry(p, PACK_P)
                 acc = warpgroup_mma_wait(0, deps=[acc])
+                pc = _ws_carry(p, PACK_P)
                 mbarrier.arrive(empty.index(prev), count=1)  # K_{j-1} and V_{j-1} are free
                 if not RESCALE_UNDER_MMA:
                     acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
@@ -395,19 +419,34 @@ if HAVE_GLUON:
         l_base = LSE + b64 * stride_lb + h.to(gl.int64) * stride_lh
         bufs = (q_bufs, k_bufs, v_bufs)
         bars = (q_bar, ready, empty, turn)
-        # Ping-pong: consumer 0 is the default partition (num_warps=4), consumer 1 a worker with
-        # the same code on the next 64 rows; the loader warp (last, so the consumers fill whole
-        # warpgroups) keeps 24 registers.
-        gl.warp_specialize([
-            (_ws_consumer, (bufs, bars, 0, n_blocks, n_masked, m0, seqlen_q, seqlen_k, diag, scale_log2,
-                            v_descale, o_base, stride_os, l_base, BLOCK_N, HEAD_DIM, STAGES, CAUSAL, MAX_OFFSET,
-                            PINGPONG, RESCALE_UNDER_MMA, PERMUTE_KEYS, PACK_P)),
-            (_ws_consumer, (bufs, bars, 1, n_blocks, n_masked, m0, seqlen_q, seqlen_k, diag, scale_log2,
-                            v_descale, o_base, stride_os, l_base, BLOCK_N, HEAD_DIM, STAGES, CAUSAL, MAX_OFFSET,
-                            PINGPONG, RESCALE_UNDER_MMA, PERMUTE_KEYS, PACK_P)),
-            (_ws_loader, (q_desc, k_desc, vt_desc, bufs, bars, b * seqlen_q + m0, h * HEAD_DIM, b * seqlen_k,
-                          hk * HEAD_DIM, (b * heads_kv + hk) * HEAD_DIM, n_blocks, BLOCK_N, STAGES, CONSUMERS)),
-        ], [4, 1], [CONSUMER_REGS, 24])
+        # Consumer 0 is the default partition (num_warps=4), the others workers with the same code on
+        # the next 64 rows each; the loader warp (last, so the consumers fill whole warpgroups) keeps
+        # 24 registers.
+        if CONSUMERS == 2:
+            gl.warp_specialize([
+                (_ws_consumer, (bufs, bars, 0, n_blocks, n_masked, m0, seqlen_q, seqlen_k, diag, scale_log2,
+                                v_descale, o_base, stride_os, l_base, BLOCK_N, HEAD_DIM, STAGES, CAUSAL, MAX_OFFSET,
+                                PINGPONG, RESCALE_UNDER_MMA, PERMUTE_KEYS, PACK_P)),
+                (_ws_consumer, (bufs, bars, 1, n_blocks, n_masked, m0, seqlen_q, seqlen_k, diag, scale_log2,
+                                v_descale, o_base, stride_os, l_base, BLOCK_N, HEAD_DIM, STAGES, CAUSAL, MAX_OFFSET,
+                                PINGPONG, RESCALE_UNDER_MMA, PERMUTE_KEYS, PACK_P)),
+                (_ws_loader, (q_desc, k_desc, vt_desc, bufs, bars, b * seqlen_q + m0, h * HEAD_DIM, b * seqlen_k,
+                              hk * HEAD_DIM, (b * heads_kv + hk) * HEAD_DIM, n_blocks, BLOCK_N, STAGES, CONSUMERS)),
+            ], [4, 1], [CONSUMER_REGS, 24])
+        else:  # FA3's 192-row tile (Gluon's lists are static: a third consumer is spelled out)
+            gl.warp_specialize([
+                (_ws_consumer, (bufs, bars, 0, n_blocks, n_masked, m0, seqlen_q, seqlen_k, diag, scale_log2,
+                                v_descale, o_base, stride_os, l_base, BLOCK_N, HEAD_DIM, STAGES, CAUSAL, MAX_OFFSET,
+                                PINGPONG, RESCALE_UNDER_MMA, PERMUTE_KEYS, PACK_P)),
+                (_ws_consumer, (bufs, bars, 1, n_blocks, n_masked, m0, seqlen_q, seqlen_k, diag, scale_log2,
+                                v_descale, o_base, stride_os, l_base, BLOCK_N, HEAD_DIM, STAGES, CAUSAL, MAX_OFFSET,
+                                PINGPONG, RESCALE_UNDER_MMA, PERMUTE_KEYS, PACK_P)),
+                (_ws_consumer, (bufs, bars, 2, n_blocks, n_masked, m0, seqlen_q, seqlen_k, diag, scale_log2,
+                                v_descale, o_base, stride_os, l_base, BLOCK_N, HEAD_DIM, STAGES, CAUSAL, MAX_OFFSET,
+                                PINGPONG, RESCALE_UNDER_MMA, PERMUTE_KEYS, PACK_P)),
+                (_ws_loader, (q_desc, k_desc, vt_desc, bufs, bars, b * seqlen_q + m0, h * HEAD_DIM, b * seqlen_k,
+                              hk * HEAD_DIM, (b * heads_kv + hk) * HEAD_DIM, n_blocks, BLOCK_N, STAGES, CONSUMERS)),
+            ], [4, 4, 1], [CONSUMER_REGS, CONSUMER_REGS, 24])
 
 
 def ws_supported(device: torch.device | None = None) -> bool:
@@ -498,7 +537,7 @@ def fp8_attention_ws(
             t = torch.ones((1, 1), dtype=torch.float32, device=q.device).expand(b, hk)
         check_descale(name, t, b, hk, device=q.device, check_values=False)  # no device sync
         descales.append(t)
-    cfg = config or default_ws_config(d, causal)
+    cfg = config or default_ws_config(d, causal, keyed)
     q_rows, q_stride = _row_view(q, "q")
     k_rows, k_stride = _row_view(k, "k")
 
@@ -552,7 +591,7 @@ def compile_ws_sm90(head_dim: int = 128, causal: bool = False, config: WsConfig 
     if triton_interpret():
         raise RuntimeError("compile_ws_sm90: TRITON_INTERPRET=1 replaces Gluon functions by interpreted ones; "
                            "compile in a process without it")
-    cfg = config or default_ws_config(head_dim, causal)
+    cfg = config or default_ws_config(head_dim, causal, permute_keys)
     fp8 = gl.float8e4nv
     shapes = {"q_desc": [64, head_dim], "k_desc": [cfg.block_n, head_dim], "vt_desc": [head_dim, cfg.block_n]}
     descs = {name: f"tensordesc<fp8e4nv[{shp[0]}, {shp[1]}],{gl.NVMMASharedLayout.get_default_for(shp, fp8)!r}>"
