@@ -29,7 +29,8 @@
 # - **(g)** how the kernel was tuned and what each step bought, from the record;
 # - **(h)** FA3's warp-specialized structure, written out in Gluon;
 # - **(i)** FP8 step 5, P's register layout: the shuffle FA3 avoids, and how we avoid it too;
-# - **(j)** the Gluon kernel's loop read instruction by instruction: where to cast P, and V in key order.
+# - **(j)** the Gluon kernel's loop read instruction by instruction: where to cast P, and V in key order;
+# - **(k)** P packed as the MMA's own words: the registers that let FA3's tiles fit.
 
 # %% tags=["parameters"]
 smoke: bool = False  # CI: tiny shapes (the interpreter is slow)
@@ -405,9 +406,71 @@ v11_table
 # FP8 here, 0.91-0.97x in the next run with four stages when non-causal; at 4k tokens causal the
 # two kernels trade places from run to run), and +23-27 % at 64, where the Triton kernel stays
 # faster. At 256, 128-key tiles hold P in float32 across the loop and spill, so v11 goes back to
-# 64 keys: -1 to +7 % over v10, 0.81-0.94x (`WsConfig(pack_p=True)` keeps 128 keys by carrying P
-# as packed e4m3 words instead: an opt-in, measured once). On Hopper, at head dims 128 and 256,
-# `fp8_attention_ws(q, k, key_ordered_vt(v), ...)` is fp8lab's fastest call.
+# 64 keys: -1 to +7 % over v10, 0.81-0.94x (carrying P as packed e4m3 words keeps 128 keys:
+# section (k), where v12 makes that the default).
+
+# %% [markdown]
+# ## (k) P as words: the registers that buy FA3's tiles (v12)
+#
+# v11 carried P across the loop in float32: correct and shuffle-free, but it costs as many
+# registers as the scores. Count what one consumer thread holds (64 query rows per warpgroup of 128
+# threads; values, before the compiler's temporaries):
+
+# %%
+carry = pd.DataFrame([explain.consumer_registers(d, n, c) for d, n, c in
+                      ((64, 128, 2), (64, 128, 3), (128, 128, 2), (256, 64, 2), (256, 128, 2))])
+carry["O + S + P float32"] = carry["o"] + carry["s"] + carry["p_float32"]
+carry["O + S + P packed"] = carry["o"] + carry["s"] + carry["p_packed"]
+carry
+
+# %% [markdown]
+# FA3's tiles do not fit with float32 P: at head dim 256 its 128-key tile needs 256 registers
+# against 240 (v11 measured the spills and went back to 64 keys), and at head dim 64 its 192-row
+# tile (three consumer warpgroups, 160 registers each) needs 160 before any temporary. Packed four
+# e4m3 per 32-bit word, P takes a quarter. `WsConfig(pack_p=True)` does that, and the way it is
+# done decided everything (offline sm_90 compiles, `docs/kernel-notes.md`, v12):
+# - **Unpacking byte by byte** (v11's opt-in: `bfe` each byte, let the MMA re-pack them) cost
+#   145 `PRMT`/`LOP3` per block at head dim 256: ptxas does not see that the bytes go back where
+#   they came from.
+# - **The word is the operand.** Inline PTX with `pack=4` can return a 32-bit register as four
+#   e4m3 values; given the packed word itself, LLVM folds the extract-and-insert away and the
+#   wgmma reads the carried registers as they are: 755 -> 659 instructions per block.
+# - **Pack after the PV wait, as FA3 does.** Packed right after the softmax, the new words were
+#   written while the previous block's PV wgmma, still running, read the old ones *from the same
+#   registers*: ptxas then serialized every wgmma of the loop (2 -> 12 `WARPGROUP.DEPBAR`).
+#   FA3 converts P after `warpgroup_wait<0>()`; so does v12: 640 instructions, 2 waits.
+#
+# Same bits as float32 P in every H200 check. In one run against v11's kernel
+# (`results/h200/bench_v12_ws1.json`, medians of two rounds, all with `key_ordered_vt`):
+
+# %%
+v12 = explain.v12_record(rdir)
+plots.plot_ws(v12, title="v12: P packed as the MMA's own words (same run)")
+plt.show()
+v12_table = v12.pivot_table(index="case", columns="kernel", values="ratio", sort=False, observed=True).round(2)
+record("v12_packed_ratio_to_fa3_fp8",
+       {c: float(r) for c, r in v12_table["P packed, words as the A operand (v12)"].items()})
+v12_table
+
+# %% [markdown]
+# With the registers back, the tiles FA3 uses fit: 128 keys in three stages at head dim 256 (the
+# new default with `key_ordered_vt`), and at head dim 64 a third consumer warpgroup, 192 query
+# rows per CTA (`WsConfig(consumers=3)`), which reads each K/V tile for 1.5x as many rows
+# (`results/h200/bench_v12_c3.json`):
+
+# %%
+c3 = explain.v12_consumers_record(rdir)
+plots.plot_ws(c3, title="v12: three consumer warpgroups at head dim 64 (same run)")
+plt.show()
+c3.pivot_table(index="case", columns="kernel", values="ratio", sort=False, observed=True).round(2)
+
+# %% [markdown]
+# Three consumers give the same bits as two (a GPU test checks it): a CTA's rows change, no row's
+# arithmetic does. `fp8_attention_ws(q, k, key_ordered_vt(v), ...)` now picks these tiles itself
+# (`default_ws_config(head_dim, causal, key_ordered=True)`). In the v12 grid (notebook 07) it is
+# fp8lab's fastest call in 16 of 18 cases, 0.89-1.01x FA3 FP8, and with the Triton kernel at head
+# dim 64 and 4k tokens fp8lab reaches 0.9x in all 18 (in that run; other runs dipped to 0.888 in
+# single cases).
 
 # %% [markdown]
 # ## Summary
@@ -423,6 +486,8 @@ v11_table
 #   in that order (`key_ordered_vt`, v11, for the Gluon kernel whose K comes by TMA).
 # - Count instructions before tuning: a loop-carried e4m3 tensor cost the Gluon kernel a
 #   fifth of its loop (v11).
+# - Registers decide the tile: P packed four e4m3 per word, written after the PV wait and fed to
+#   the MMA as the same words, makes room for FA3's tiles (v12).
 #
 # ## Exercises
 #
@@ -435,6 +500,8 @@ v11_table
 # 4. With `permute_keys`, thread 1 of a quad holds score columns 2, 3, 10, 11, ...: which key
 #    does its column 10 hold? Set `answer_4` (hint: write 10 as 16a + 8b + 2t + e).
 # 5. In `key_ordered_vt(v)`, at which column of its group of 32 is key 6 stored? Set `answer_5`.
+# 6. With `pack_p`, how many 32-bit registers hold P per consumer thread at head dim 64 with 128
+#    keys and three consumers? Set `answer_6`.
 
 # %%
 answer_1 = None  # a ratio
@@ -442,6 +509,7 @@ answer_2 = None  # keys per block
 answer_3 = None  # a number
 answer_4 = None  # a key index in 0..31
 answer_5 = None  # a column in 0..31
+answer_6 = None  # registers
 
 # %% tags=["solution", "hide-input"]
 # Solution (collapsed): computed, not typed in.
@@ -455,6 +523,8 @@ if answer_4 is None:
     answer_4 = 16 * 0 + 4 * 1 + 2 * 1 + 0  # 10 = 16a + 8b + 2t + e with a=0, b=1, t=1, e=0 -> 16a + 4t + 2b + e
 if answer_5 is None:
     answer_5 = 16 * 0 + 4 * 3 + 2 * 0 + 0  # key 6 = 16a + 8b + 2t + e with t=3 -> column 16a + 4t + 2b + e
+if answer_6 is None:
+    answer_6 = 64 * 128 // 128 // 4  # 64 rows x 128 keys over 128 threads, four per word; consumers do not matter
 
 # %%
 err0 = float(rel_l2(fp8_attention(qp, kp, vp, *dp, max_offset=0.0), exact_p))
@@ -467,4 +537,6 @@ assert cast_to_fp8(torch.tensor([answer_3])).item() == answer_3 == 2.0 ** 8, "P 
 held = layout.loc[1, "keys held, permute_keys"][layout.loc[1, "accumulator columns"].index(10)]
 assert answer_4 == held, "the kernel's key_order puts another key in column 10"
 assert answer_5 == int(landing[6]), "key_ordered_vt stores key 6 elsewhere"
-print(f"1: {answer_1:.3f}x   2: block_n {answer_2}   3: {answer_3:.0f}   4: key {answer_4}   5: column {answer_5}")
+assert answer_6 == explain.consumer_registers(64, 128, consumers=3)["p_packed"], "count P's values per thread, /4"
+print(f"1: {answer_1:.3f}x   2: block_n {answer_2}   3: {answer_3:.0f}   4: key {answer_4}   5: column {answer_5}   "
+      f"6: {answer_6} registers")

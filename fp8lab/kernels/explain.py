@@ -17,11 +17,13 @@ from fp8lab.env import triton_interpret
 from fp8lab.formats import cast_to_fp8, get_format
 from fp8lab.layout import check_attention_inputs
 from fp8lab.kernels.attention import key_order
+from fp8lab.kernels.attention_ws import WsConfig
 from fp8lab.kernels.fp8_rounding import round_to_bf16, round_to_e4m3
 from fp8lab.reference.exact import dequantize
 
-__all__ = ["cast_demo", "folded_scale_error", "key_order_values", "p_grid_fractions", "p_register_layout",
-           "tuning_record", "v10_record", "v11_record", "v_layout_costs", "ws_record"]
+__all__ = ["cast_demo", "consumer_registers", "folded_scale_error", "key_order_values", "p_grid_fractions", "p_register_layout",
+           "tuning_record", "v10_record", "v11_record", "v12_consumers_record", "v12_record", "v_layout_costs",
+           "ws_record"]
 
 
 def _scores(q, k, q_descale, k_descale, softmax_scale):
@@ -139,6 +141,41 @@ def v11_record(results_dir: str | Path) -> pd.DataFrame:
              "ws:ws-n128s4-kv": "v11 Gluon, + key-ordered V", "ws:ws-n64s4-kv": "v11 Gluon, + key-ordered V",
              "default": "Triton default"}
     return _round_medians(Path(results_dir) / "bench_v11_ws1.json", names)
+
+
+def consumer_registers(head_dim: int, block_n: int, consumers: int = 2) -> dict[str, int]:
+    """32-bit registers one consumer thread of the Gluon kernel needs for its tiles (64 query rows
+    per warpgroup of 128 threads): O's accumulator, S's, and P carried to the next iteration's PV
+    MMA as float32, as e4m3 one byte per register (how a loop-carried e4m3 tensor is held, v11) or
+    packed four per word (`pack_p`, v12); `budget` is what `WsConfig` gives each consumer thread.
+    Counts of values held, not of what the compiler allocates (temporaries come on top)."""
+    o, s = 64 * head_dim // 128, 64 * block_n // 128
+    return dict(head_dim=head_dim, block_n=block_n, consumers=consumers, o=o, s=s, p_float32=s,
+                p_e4m3_bytes=s, p_packed=s // 4, budget=WsConfig(consumers=consumers).consumer_regs)
+
+
+def v12_record(results_dir: str | Path) -> pd.DataFrame:
+    """v12's packed P against v11's, from one run (`bench_v12_ws1.json`, medians over two rounds;
+    head dim 256, and 128 at 4k tokens), all with V^T from `key_ordered_vt`: P crossing the loop in
+    float32 (v11's default tiles), P packed with v11's byte-by-byte unpack, P packed with v12's
+    words as the A operand, and the Triton default."""
+    names = {"ws:ws-n64s4-kv": "P in float32 (v11 default)", "ws:ws-n128s4-kv": "P in float32 (v11 default)",
+             "ws:ws-n128s3-kv": "P in float32 (v11 default)",
+             "v11 ws:ws-n128s3-pw-kv": "P packed, v11's unpack", "v11 ws:ws-n128s4-pw-kv": "P packed, v11's unpack",
+             "ws:ws-n128s3-pw-kv": "P packed, words as the A operand (v12)",
+             "ws:ws-n128s4-pw-kv": "P packed, words as the A operand (v12)",
+             "default": "Triton default"}
+    return _round_medians(Path(results_dir) / "bench_v12_ws1.json", names)
+
+
+def v12_consumers_record(results_dir: str | Path) -> pd.DataFrame:
+    """Three consumer warpgroups (FA3's 192-row tile) against two at head dim 64, from one run
+    (`bench_v12_c3.json`, medians over two rounds), both with packed P and key-ordered V^T, and
+    the Triton default."""
+    names = {"ws:ws-n128s3-pw-kv": "Gluon, 2 consumers (128 rows)", "ws:ws-n128s4-pw-kv": "Gluon, 2 consumers (128 rows)",
+             "ws:ws-n128s3-pw-c3-kv": "Gluon, 3 consumers (192 rows, v12)", "default": "Triton default"}
+    out = _round_medians(Path(results_dir) / "bench_v12_c3.json", names)
+    return out[out["head_dim"] == 64].reset_index(drop=True)
 
 
 def v_layout_costs(results_dir: str | Path, version: str = "v2") -> pd.DataFrame:
