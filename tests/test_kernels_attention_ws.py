@@ -247,8 +247,8 @@ def test_gpu_key_ordered_v_gives_the_same_attention(d):
         assert rel_l2(out, emu) <= 0.6 * rel_l2(emu, exact), (sq, sk, causal)
         assert torch.equal(torch.isinf(lse), torch.isinf(emu_lse))
         if sk % 16 == 0:
-            plain, plain_lse = W.fp8_attention_ws(q, k, pretranspose_v(v), q_descale=qd, k_descale=kd,
-                                                  v_descale=vd, causal=causal, config=dataclasses.replace(cfg, pack_p=False))
+            plain, plain_lse = W.fp8_attention_ws(q, k, pretranspose_v(v), q_descale=qd, k_descale=kd, v_descale=vd,
+                                                  causal=causal, config=dataclasses.replace(cfg, pack_p=False))
             assert torch.equal(lse, plain_lse) and torch.equal(out, plain), (sq, sk, causal)
         # P carried packed (pack_p): a change of representation only, the same bits as float32 P
         packed = [dataclasses.replace(cfg, pack_p=True)] + [W.WsConfig(block_n=64, stages=4, pack_p=True)] * (d == 256)

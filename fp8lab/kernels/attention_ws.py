@@ -11,10 +11,11 @@ structure FlashAttention-3 uses and Triton's compiler does not build by itself:
   count) and one that every consumer is done with it (``empty``). The loader keeps
   24 registers per thread and gives the rest to the consumers (setmaxnreg).
 - **Ping-pong consumers.** Two consumer warpgroups (three with ``WsConfig(consumers=3)``),
-  each a partition of its own with 64 query rows, run the same code on the same K/V stages; while one computes its
-  softmax the other's MMAs keep the tensor cores busy. By default the warp schedulers
-  interleave them; ``WsConfig(pingpong=True)`` orders their MMAs as FA3's named
-  barriers do, with a pair of mbarriers (Gluon exposes no named barriers).
+  each a partition of its own with 64 query rows, run the same code on the same K/V
+  stages; while one computes its softmax the other's MMAs keep the tensor cores busy.
+  By default the warp schedulers interleave them; ``WsConfig(pingpong=True)`` orders
+  their MMAs as FA3's named barriers do, with a pair of mbarriers (Gluon exposes no
+  named barriers).
 - **Asynchronous wgmma and FA3's intra-warpgroup overlap.** In each iteration a
   consumer issues S_j = Q K_j^T, then O += P_{j-1} V_{j-1}, and waits only for S_j:
   the softmax of block j runs on the CUDA cores while the tensor cores finish the
@@ -227,8 +228,11 @@ if HAVE_GLUON:
     @gluon.jit
     def _ws_carry(p, PACK_P: gl.constexpr):
         """What of P crosses the loop's back edge to its PV MMA in the next iteration: P itself
-        (float32), or with PACK_P e4m3(P) packed four per int32 by inline PTX (Gluon represents a
-        loop-carried e4m3 tensor one byte per register and would re-pack it, v11), in key order."""
+        (float32), or with PACK_P e4m3(P) packed four per int32 by inline PTX, in key order (Gluon
+        represents a loop-carried e4m3 tensor one byte per register and would re-pack it, v11).
+        Called after the previous PV MMA has finished: the packed words become that MMA's operand
+        registers as they are, and written while it still ran they would make ptxas serialize
+        every wgmma of the loop (v12)."""
         if PACK_P:
             x = _ws_in_key_order(p).reshape(p.shape[0], p.shape[1] // 4, 2, 2)  # column 4g + 2i + j
             x_j0, x_j1 = x.split()
@@ -243,9 +247,11 @@ if HAVE_GLUON:
 
     @gluon.jit
     def _ws_p_operand(pc, p_layout: gl.constexpr, PERMUTE_KEYS: gl.constexpr, PACK_P: gl.constexpr):
-        """e4m3(P) as the register A operand of the PV wgmma, from what `_ws_carry` kept. P is cast
-        here, next to its MMA (v11). PERMUTE_KEYS (V^T from `key_ordered_vt`): columns relabelled
-        so that the conversion to the A layout moves no data."""
+        """e4m3(P) as the register A operand of the PV wgmma, from what `_ws_carry` kept. Float32
+        P is cast here, next to its MMA (v11). PERMUTE_KEYS (V^T from `key_ordered_vt`): columns
+        relabelled so that the conversion to the A layout moves no data. PACK_P: each word is
+        already four e4m3 in operand order; the inline asm (pack=4) hands it over as they are,
+        so no byte is moved (v11's byte-by-byte unpack cost 145 PRMT/LOP3 per block at d=256)."""
         if PACK_P:
             w = gl.join(pc, pc)
             w = gl.join(w, w)
@@ -281,7 +287,7 @@ if HAVE_GLUON:
         softmax in between, then the epilogue. Several run side by side on the same K/V ring.
 
         Per key block: issue S_j, issue P_{j-1} V_{j-1}, wait for S_j only, softmax of block j, wait
-        for the PV product. RESCALE_UNDER_MMA (FA3's order): O's rescale by the last softmax's alpha
+        for the PV product, keep P_j for the next block (`_ws_carry`). RESCALE_UNDER_MMA (FA3's order): O's rescale by the last softmax's alpha
         runs after S_j is issued, under that MMA, instead of before the loop turns; same bits."""
         ROWS: gl.constexpr = 64
         s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
