@@ -349,7 +349,7 @@ print("permute_keys gives the same bits:", torch.equal(out_plain, out_perm),
 v10 = explain.v10_record(rdir)
 plots.plot_ws(v10, title="v10 against v9, the Gluon kernel and vLLM (same run)")
 plt.show()
-v10_table = v10.pivot_table(index="case", columns="kernel", values="ratio", sort=False, observed=True).round(2)
+v10_table = explain.kernel_ratios(v10)
 record("v10_ratio_to_fa3_fp8", {c: float(r) for c, r in v10_table["v10 (Triton)"].items()})
 v10_table
 
@@ -397,7 +397,7 @@ print("column:", landing[:16].tolist())
 v11 = explain.v11_record(rdir)
 plots.plot_ws(v11, title="v11: the Gluon kernel against v10's and the Triton kernel (same run)")
 plt.show()
-v11_table = v11.pivot_table(index="case", columns="kernel", values="ratio", sort=False, observed=True).round(2)
+v11_table = explain.kernel_ratios(v11)
 record("v11_gluon_ratio_to_fa3_fp8", {c: float(r) for c, r in v11_table["v11 Gluon, + key-ordered V"].items()})
 v11_table
 
@@ -447,7 +447,7 @@ carry
 v12 = explain.v12_record(rdir)
 plots.plot_ws(v12, title="v12: P packed as the MMA's own words (same run)")
 plt.show()
-v12_table = v12.pivot_table(index="case", columns="kernel", values="ratio", sort=False, observed=True).round(2)
+v12_table = explain.kernel_ratios(v12)
 record("v12_packed_ratio_to_fa3_fp8",
        {c: float(r) for c, r in v12_table["P packed, words as the A operand (v12)"].items()})
 v12_table
@@ -462,7 +462,7 @@ v12_table
 c3 = explain.v12_consumers_record(rdir)
 plots.plot_ws(c3, title="v12: three consumer warpgroups at head dim 64 (same run)")
 plt.show()
-c3.pivot_table(index="case", columns="kernel", values="ratio", sort=False, observed=True).round(2)
+explain.kernel_ratios(c3)
 
 # %% [markdown]
 # Three consumers give the same bits as two (a GPU test checks it): a CTA's rows change, no row's

@@ -271,6 +271,7 @@ def test_v12_records_and_register_counts():
     assert set(v12["kernel"]) == {"P in float32 (v11 default)", "P packed, v11's unpack",
                                   "P packed, words as the A operand (v12)", "Triton default"}
     assert v12["case"].nunique() == 8 and v12["ratio"].between(0.3, 1.5).all()
+    assert explain.kernel_ratios(v12).shape == (8, 4)  # a case per row, a kernel per column
     c3 = explain.v12_consumers_record(rdir)
     assert c3["case"].nunique() == 6 and (c3["head_dim"] == 64).all() and c3["kernel"].nunique() == 3
     assert c3["ratio"].between(0.3, 1.5).all()

@@ -21,9 +21,9 @@ from fp8lab.kernels.attention_ws import WsConfig
 from fp8lab.kernels.fp8_rounding import round_to_bf16, round_to_e4m3
 from fp8lab.reference.exact import dequantize
 
-__all__ = ["cast_demo", "consumer_registers", "folded_scale_error", "key_order_values", "p_grid_fractions", "p_register_layout",
-           "tuning_record", "v10_record", "v11_record", "v12_consumers_record", "v12_record", "v_layout_costs",
-           "ws_record"]
+__all__ = ["cast_demo", "consumer_registers", "folded_scale_error", "kernel_ratios", "key_order_values",
+           "p_grid_fractions", "p_register_layout", "tuning_record", "v10_record", "v11_record",
+           "v12_consumers_record", "v12_record", "v_layout_costs", "ws_record"]
 
 
 def _scores(q, k, q_descale, k_descale, softmax_scale):
@@ -120,6 +120,12 @@ def _round_medians(path: Path, names: dict[str, str]) -> pd.DataFrame:
     order = {case: i for i, case in enumerate(dict.fromkeys(med["case"]))}
     out = out.sort_values(["case", "kernel"], key=lambda c: c if c.name == "kernel" else c.map(order))
     return out[["case", "head_dim", "causal", "kernel", "config", "tflops", "ratio"]].reset_index(drop=True)
+
+
+def kernel_ratios(record: pd.DataFrame) -> pd.DataFrame:
+    """A record of `_round_medians`' shape (`v10_record`, `v11_record`, ...) as a table: one row per
+    case, one column per kernel, the ratio to FA3 FP8 rounded to two decimals."""
+    return record.pivot_table(index="case", columns="kernel", values="ratio", sort=False, observed=True).round(2)
 
 
 def v10_record(results_dir: str | Path) -> pd.DataFrame:
