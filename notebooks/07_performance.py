@@ -193,27 +193,36 @@ exp2
 #
 # A quantization kernel reads bf16 (2 bytes) and writes e4m3 (1 byte). We count those 3
 # bytes once and compare with a device copy of the same bf16 tensor (read 2 + write 2).
-# These kernels take 12-140 us, so the timings replay CUDA graphs: the kernels alone,
-# without the host's launch overhead (v5 and v7; earlier versions timed eagerly).
+# These kernels take 4-140 us, so the timings replay CUDA graphs: the kernels alone,
+# without the host's launch overhead (v5 onwards; earlier versions timed eagerly).
 
 # %%
 quant = bench.records_frame(rdir, "quant")
-quant = quant.reindex(columns=[*quant.columns, *({"size", "tile", "tile_words", "frac_copy_graph"} - set(quant.columns))])
+knobs = ["tile", "tile_words", "part_kib"]  # rows of a knob sweep, not a kernel's default
+quant = quant.reindex(columns=[*quant.columns, *({"size", "frac_copy_graph", *knobs} - set(quant.columns))])
 quant["size"] = quant["size"].fillna("1x16384x32x128 (128 MiB)")  # v5 measured only this size
 quant["kernel"] = quant["kernel"].str.replace(" (2 passes)", " two-pass", regex=False)  # v5's names
-graph = quant[quant["frac_copy_graph"].notna() & quant["tile"].isna() & quant["tile_words"].isna()
+graph = quant[quant["frac_copy_graph"].notna() & quant[knobs].isna().all(axis=1)
               & ~quant["kernel"].str.contains("tile=|copy", regex=True, na=True)]
 plots.plot_quant_bandwidth(graph[graph["size"].str.contains("128 MiB")])
 plt.show()
-graph[graph["version"] == "v7"].pivot_table(index="kernel", columns="size", values="frac_copy_graph", sort=False)
+graph[graph["version"] == "v13"].pivot_table(index="kernel", columns="size", values="frac_copy_graph", sort=False)
 
 # %% [markdown]
 # Static scales (vLLM's Q path) and per-token scales run at copy speed. Per-head and
-# per-tensor dynamic scales need the amax of data that does not fit on chip before the
-# first value can be cast. Two schedules, the same bits:
+# per-tensor dynamic scales need the amax of a whole slice (or tensor) before its first
+# value can be cast. Four schedules, the same bits:
 #
-# - `schedule="two-pass"` (the default): an amax kernel, then a cast kernel. Once x
-#   outgrows the L2 the second kernel reads HBM again: 5 bytes per value, 60 % ceiling.
+# - `schedule="two-pass"`: an amax kernel, then a cast kernel. Once x outgrows the L2
+#   the second kernel reads HBM again: 5 bytes per value, 60 % ceiling. The default per
+#   tensor, and per head wherever the on-chip kernel cannot run.
+# - `schedule="onchip"` (v13, Gluon, the default per head on Hopper): persistent programs,
+#   two per SM, hold 32 KiB parts of the slices in shared memory (TMA fills them), publish
+#   each part's amax a part ahead, and cast a part once its slice's amaxes are all in: HBM is
+#   read once. 71 % of copy at 128 MiB, 1.42x two passes; short of 85 % because each part's
+#   path (its load, the table's round trip, the reductions, a barrier) costs a fixed ~1.3 us
+#   that two programs per SM only partly overlap. Per tensor all of x must fit on chip, and
+#   where it does it fits in L2 too: two passes win there.
 # - `schedule="fused"` (v7): one launch whose cast items trail their amax items by a
 #   quarter of the L2, so the cast re-reads from L2. Nsight Compute measured its HBM
 #   traffic at 147 MB read for 134 MB of input (two passes: 268 MB), yet it reaches only
@@ -227,12 +236,22 @@ graph[graph["version"] == "v7"].pivot_table(index="kernel", columns="size", valu
 #   profiled; the likely reason: a slice's programs can only leave together, so the GPU
 #   advances in slice-sized waves while waiting programs hold their slots and load nothing.
 #
-# The knobs of the fused kernel (tile size, warps, how far the casts trail) were swept:
+# The knobs of the on-chip kernel (part size, buffers per program, how far ahead amaxes are
+# published, warps, programs per SM) in v13's final run; `docs/kernel-notes.md` v13 has
+# the exploration (`bench_v13_quant_explore*`):
+
+# %%
+sweep = quant[(quant["version"] == "v13") & quant["part_kib"].notna()]
+record("quant_frac_copy_graph_v13", {f"{r.kernel} {r.size[:14]}": round(r.frac_copy_graph, 3)
+                                     for r in graph[graph["version"] == "v13"].itertuples()})
+sweep.pivot_table(index=["part_kib", "buffers", "lead", "warps", "ctas_per_sm"], columns="size",
+                  values="frac_copy_graph", sort=False)
+
+# %% [markdown]
+# And the fused kernel's (v7: tile size, warps, how far the casts trail):
 
 # %%
 sweep = quant[(quant["version"] == "v7") & quant["tile"].notna()]
-record("quant_frac_copy_graph_v7", {f"{r.kernel} {r.size[:14]}": round(r.frac_copy_graph, 3)
-                                    for r in graph[graph["version"] == "v7"].itertuples()})
 sweep.pivot_table(index=["kernel", "tile", "warps"], columns="lag_mib", values="frac_copy_graph")
 
 # %% [markdown]
@@ -279,7 +298,8 @@ else:
 #   vLLM's FP8 varlen path everywhere. The older v2 grid understated ours: device syncs sat
 #   inside its timed calls.
 # - Attention is compute-bound; at small head dims the exp2 unit, not the tensor cores, is the wall.
-# - Static-scale quantization runs at copy speed; dynamic per-head scales cost a second pass.
+# - Static-scale quantization runs at copy speed; per-head scales held on chip read x once
+#   (71 % of copy against 50 % for two passes), per-tensor scales still cost a second pass.
 # - vLLM's slow FP8 path at head dim 256 is its build, not the varlen entry: fa3-fwd's varlen is fast.
 #
 # ## Exercises

@@ -236,11 +236,15 @@ def correctness(run: Run, prov: dict) -> None:
 
 
 def quant(run: Run) -> None:
-    """Quantization kernels: bitwise checks, then bandwidth against the device copy (v7: the
-    fused per-head / per-tensor schedule against two passes, and the fused kernel's knobs). v9's
+    """Quantization kernels: bitwise checks, then bandwidth against the device copy at 128, 32
+    and 16 MiB (v7: the fused per-head / per-tensor schedule against two passes, and its knobs;
+    v13: the on-chip schedule, its bits against two passes, its fallback, and its knobs). v9's
     resident schedule and its knobs were measured with this script at commit b1c3a16 (notes, v9)."""
     import fp8lab.kernels.quantize as Qm
+    import fp8lab.kernels.quantize_onchip as Om
     from fp8lab.formats import cast_to_fp8
+
+    onchip_spins = Om.SPINS
 
     gen = torch.Generator(device="cuda").manual_seed(2)
     rows = []
@@ -266,17 +270,31 @@ def quant(run: Run) -> None:
                 two = quantize_fp8(xx, gran, schedule="two-pass", **kw)
                 fused_same.append(all(same(quantize_fp8(xx, gran, schedule="fused", **kw), two) for _ in range(10)))
     Qm.FUSED_LAG_BYTES = None
+    onchip_same = []  # v13: the on-chip schedule, batched / varlen / GQA, per head / per tensor, and its fallback
+    xl = torch.randn(2, 3000, 8, 128, device="cuda", generator=gen, dtype=torch.bfloat16)
+    cul = torch.tensor([0, 700, 1900, 3000], dtype=torch.int32, device="cuda")
+    for spins in (None, 0):
+        Om.SPINS = Om.SPINS if spins is None else spins
+        for gran in ("head", "tensor"):
+            for xx, kw in ((x, dict(heads_kv=4)), (xv, dict(cu_seqlens=cu)), (xl, {}), (xl, dict(heads_kv=2)),
+                           (xl.reshape(6000, 8, 128)[:3000], dict(cu_seqlens=cul)),
+                           (xl.reshape(6000, 8, 128)[:3000], dict(cu_seqlens=cul, heads_kv=2))):
+                two = quantize_fp8(xx, gran, schedule="two-pass", **kw)
+                onchip_same.append(all(same(quantize_fp8(xx, gran, schedule="onchip", **kw), two) for _ in range(10)))
+        Om.SPINS = onchip_spins
     rows.append(dict(check="bitwise", head=bool(torch.equal(y.view(torch.uint8), ref.view(torch.uint8))),
                      head_descale=bool(torch.equal(d, am / c448)),
                      token=bool(torch.equal(yt.view(torch.uint8), reft.view(torch.uint8))),
                      token_descale=bool(torch.equal(dt, dref)),
                      static=bool(torch.equal(ys.view(torch.uint8), refs.view(torch.uint8))),
                      round_fp32_same=bool(torch.equal(yr.view(torch.uint8), y.view(torch.uint8))),
-                     fused_equals_two_pass=f"{sum(fused_same)}/{len(fused_same)}"))
+                     fused_equals_two_pass=f"{sum(fused_same)}/{len(fused_same)}",
+                     onchip_equals_two_pass=f"{sum(onchip_same)}/{len(onchip_same)}"))
     print(rows[-1], flush=True)
-    # bandwidth: 16k tokens x 32 heads x 128 (128 MiB of bf16: 2.5x the L2) and x 8 heads (32 MiB: fits)
+    # bandwidth: 16k tokens x 32 heads x 128 (128 MiB of bf16: 2.5x the L2), x 8 heads (32 MiB: fits), and
+    # x 4 heads (16 MiB: per tensor, all of x fits in the SMs' shared memory)
     q_scale = torch.tensor([0.05], device="cuda")  # on the device, as vLLM keeps layer._q_scale
-    for heads in (32, 8):
+    for heads in (32, 8, 4):
         x = torch.randn(1, 16384, heads, 128, device="cuda", generator=gen, dtype=torch.bfloat16)
         n = x.numel()
         size = f"1x16384x{heads}x128 ({2 * n >> 20} MiB)"
@@ -287,8 +305,10 @@ def quant(run: Run) -> None:
         for name, fn in [
             ("static (vLLM Q)", lambda: quantize_fp8_static(x, q_scale)),
             ("per-token", lambda: quantize_fp8(x, "token")),
+            ("per-head onchip", lambda: quantize_fp8(x, "head", schedule="onchip")),
             ("per-head fused", lambda: quantize_fp8(x, "head", schedule="fused")),
             ("per-head two-pass", lambda: quantize_fp8(x, "head", schedule="two-pass")),
+            ("per-tensor onchip", lambda: quantize_fp8(x, "tensor", schedule="onchip")),
             ("per-tensor fused", lambda: quantize_fp8(x, "tensor", schedule="fused")),
             ("per-tensor two-pass", lambda: quantize_fp8(x, "tensor", schedule="two-pass")),
         ]:
@@ -301,6 +321,30 @@ def quant(run: Run) -> None:
             rows.append(dict(size=size, kernel=name, ms_graph=ms_g, useful_tbps_graph=bench.tbps(3 * n, ms_g),
                              frac_copy_graph=bench.tbps(3 * n, ms_g) / copy_bw))
             print(f"{size:<28} {name:<22} {ms_g * 1e3:7.1f} us  {rows[-1]['frac_copy_graph']:.2f} of copy", flush=True)
+        if heads == 4:
+            continue
+        # v13: the on-chip kernel's knobs (part bytes, buffers, lead, warps, programs per SM), per head
+        oknobs = ("PART_BYTES", "BUFFERS", "LEAD", "WARPS", "CTAS_PER_SM")
+        odefaults = [getattr(Om, k) for k in oknobs]
+        for part, nbuf, lead, warps, ctas in ((32, 3, 1, 4, 2), (32, 3, 1, 8, 2), (32, 2, 1, 4, 3), (64, 3, 1, 8, 1),
+                                              (16, 2, 1, 4, 6), (32, 1, 0, 4, 6), (32, 6, 2, 8, 1)):
+            part <<= 10
+            for k, v in zip(oknobs, (part, nbuf, lead, warps, ctas)):
+                setattr(Om, k, v)
+            cfg = dict(size=size, kernel="per-head onchip", part_kib=part >> 10, buffers=nbuf, lead=lead,
+                       warps=warps, ctas_per_sm=ctas)
+            try:
+                ms_g = bench.median_ms_graph(lambda: quantize_fp8(x, "head", schedule="onchip"))
+            except Exception as e:  # noqa: BLE001
+                rows.append(dict(cfg, error=repr(e)[:200]))
+                print(f"  onchip {cfg}: error {e!r:.200}", flush=True)
+                continue
+            rows.append(dict(cfg, ms_graph=ms_g, frac_copy_graph=bench.tbps(3 * n, ms_g) / copy_bw))
+            print(f"  onchip per-head part {part >> 10:3d} KiB x {nbuf} lead {lead} warps {warps} ctas {ctas}: "
+                  f"{ms_g * 1e3:7.1f} us  "
+                  f"{rows[-1]['frac_copy_graph']:.2f} of copy", flush=True)
+        for k, v in zip(oknobs, odefaults):
+            setattr(Om, k, v)
         if heads != 32:
             continue
         # the fused kernel's knobs, per head and per tensor at 128 MiB

@@ -239,7 +239,8 @@ def test_gpu_key_ordered_v_gives_the_same_attention(d):
         q, k, v = fp8(gen, b, sq, hq, d, device="cuda"), fp8(gen, b, sk, hk, d, device="cuda"), fp8(gen, b, sk, hk, d, device="cuda")
         qd, kd, vd = ((torch.rand(b, hk, generator=gen) * 0.4 + 0.05).cuda() for _ in range(3))
         cfg = W.default_ws_config(d, causal, key_ordered=True)
-        out, lse = W.fp8_attention_ws(q, k, W.key_ordered_vt(v), q_descale=qd, k_descale=kd, v_descale=vd,
+        kv = W.key_ordered_vt(v)
+        out, lse = W.fp8_attention_ws(q, k, kv, q_descale=qd, k_descale=kd, v_descale=vd,
                                       causal=causal)  # the key-ordered default: cfg
         emu, emu_lse = attention_fa3_fp8(q, k, v, qd, kd, vd, causal=causal, block_n=cfg.block_n, return_lse=True)
         exact = attention_exact(q, k, v, q_descale=qd, k_descale=kd, v_descale=vd, causal=causal)
@@ -253,9 +254,9 @@ def test_gpu_key_ordered_v_gives_the_same_attention(d):
         # P carried packed (pack_p): a change of representation only, the same bits as float32 P
         packed = [dataclasses.replace(cfg, pack_p=True)] + [W.WsConfig(block_n=64, stages=4, pack_p=True)] * (d == 256)
         for pcfg in packed:
-            out_k, lse_k = W.fp8_attention_ws(q, k, W.key_ordered_vt(v), q_descale=qd, k_descale=kd, v_descale=vd,
+            out_k, lse_k = W.fp8_attention_ws(q, k, kv, q_descale=qd, k_descale=kd, v_descale=vd,
                                               causal=causal, config=pcfg)
-            out_f, lse_f = W.fp8_attention_ws(q, k, W.key_ordered_vt(v), q_descale=qd, k_descale=kd, v_descale=vd,
+            out_f, lse_f = W.fp8_attention_ws(q, k, kv, q_descale=qd, k_descale=kd, v_descale=vd,
                                               causal=causal, config=dataclasses.replace(pcfg, pack_p=False))
             assert torch.equal(out_k, out_f) and torch.equal(lse_k, lse_f), (sq, sk, causal, pcfg.label())
             emu_k = attention_fa3_fp8(q, k, v, qd, kd, vd, causal=causal, block_n=pcfg.block_n)

@@ -3,6 +3,12 @@ bit for bit against fp8lab.formats (the float64 reference)."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 import triton
@@ -10,10 +16,19 @@ import triton.language as tl
 
 from fp8lab.formats import cast_to_fp8, quantize, representable_values
 import fp8lab.kernels.quantize as Q
+import fp8lab.kernels.quantize_onchip as O
 from fp8lab.kernels import quantize_fp8, quantize_fp8_static
 from fp8lab.kernels.fp8_rounding import round_to_bf16, round_to_e4m3
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
+ROOT = Path(__file__).resolve().parents[1]
+ON_HOPPER = O.HAVE_GLUON and DEV == "cuda" and torch.cuda.get_device_capability() == (9, 0)
+
+
+def skip_unless_runs(schedule: str) -> None:
+    """The on-chip schedule is Gluon: it runs on an sm_90 GPU only (no interpreter)."""
+    if schedule == "onchip" and not ON_HOPPER:
+        pytest.skip("schedule='onchip' needs Gluon and an sm_90 GPU")
 
 
 def bits(x: torch.Tensor) -> torch.Tensor:
@@ -35,16 +50,21 @@ def inputs(gen: torch.Generator, *shape: int, dtype=torch.bfloat16) -> torch.Ten
     return x.to(dtype).to(DEV)
 
 
-@pytest.fixture(params=["fused", "two-pass", "fused-lag-1", "fused-reversed"])
+@pytest.fixture(params=["fused", "two-pass", "fused-lag-1", "fused-reversed", "onchip", "onchip-fallback"])
 def schedule(request, monkeypatch) -> str:
     """The per-head/per-tensor schedules. "fused-lag-1": the fused kernel casts each slice one
     slice after its amax, so amax and cast items interleave. "fused-reversed": its items run last
-    to first, so every cast finds its amax items not run and takes the fallback."""
+    to first, so every cast finds its amax items not run and takes the fallback. "onchip-fallback":
+    the on-chip kernel does not wait for the table; every program reads its slice's amax from x."""
     if request.param == "fused-lag-1":
         monkeypatch.setattr(Q, "FUSED_LAG_BYTES", 1)
     if request.param == "fused-reversed":
         monkeypatch.setattr(Q, "_FUSED_REVERSED", True)
-    return request.param.split("-")[0] if request.param.startswith("fused") else request.param
+    if request.param == "onchip-fallback":
+        monkeypatch.setattr(O, "SPINS", 0)
+    name = request.param.split("-")[0] if request.param.startswith(("fused", "onchip")) else request.param
+    skip_unless_runs(name)
+    return name
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
@@ -98,12 +118,14 @@ def test_varlen_per_head_per_sequence(schedule):
 
 
 @pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")  # the interpreter's inf / inf
-@pytest.mark.parametrize("granularity,schedule", [("head", "two-pass"), ("head", "fused"), ("tensor", "two-pass"),
-                                                  ("tensor", "fused"), ("token", "two-pass")])
+@pytest.mark.parametrize("granularity,schedule", [("head", "two-pass"), ("head", "fused"), ("head", "onchip"),
+                                                  ("tensor", "two-pass"), ("tensor", "fused"), ("tensor", "onchip"),
+                                                  ("token", "two-pass")])
 def test_non_finite_inputs_stay_visible(granularity, schedule):
     """A NaN stays NaN (it used to saturate to -448, silently) and stays out of the amax (maxnum);
     an inf makes its slice's descale inf, so the slice's other values become 0 and the inf itself
     NaN: the bits of the float64 reference path, with e4m3fn's one NaN (0x7F) as the GPU gives it."""
+    skip_unless_runs(schedule)
     gen = torch.Generator().manual_seed(10)
     x = inputs(gen, 2, 24, 4, 32)
     x[0, 3, 1, 5], x[1, 7, 2, 9] = float("nan"), float("inf")
@@ -120,12 +142,14 @@ def test_non_finite_inputs_stay_visible(granularity, schedule):
 
 
 @pytest.mark.filterwarnings("ignore:All-NaN slice:RuntimeWarning")  # the interpreter's max of an all-NaN tile
-@pytest.mark.parametrize("granularity,schedule", [("head", "two-pass"), ("head", "fused"), ("tensor", "two-pass"),
-                                                  ("tensor", "fused"), ("token", "two-pass")])
+@pytest.mark.parametrize("granularity,schedule", [("head", "two-pass"), ("head", "fused"), ("head", "onchip"),
+                                                  ("tensor", "two-pass"), ("tensor", "fused"), ("tensor", "onchip"),
+                                                  ("token", "two-pass")])
 def test_all_nan_tiles_stay_out_of_the_amax(granularity, schedule):
     """A tile whose values of a slice are all NaN (its max is NaN) must not poison the slice's amax:
     the descale comes from the slice's numbers (1 when it has none), as in the float64 reference.
     The slices here span several tiles (200 tokens), and tokens 0-99 of one head are all NaN."""
+    skip_unless_runs(schedule)
     gen = torch.Generator().manual_seed(12)
     x = inputs(gen, 2, 200, 4, 32)
     x[0, :100, 1, :] = float("nan")  # whole tiles of head 1, numbers after them
@@ -162,6 +186,7 @@ def test_static_matches_vllm_formula_and_saturates():
         (lambda x: quantize_fp8(x, "block"), ValueError, "granularity"),
         (lambda x: quantize_fp8(x, "head", schedule="one-pass"), ValueError, "schedule"),
         (lambda x: quantize_fp8(x, "head", heads_kv=3), ValueError, "heads_kv"),
+        (lambda x: quantize_fp8(x, "head", schedule="onchip", round_in_fp32=True), ValueError, "onchip"),
         (lambda x: quantize_fp8(x[0], "head"), ValueError, "cu_seqlens"),
         (lambda x: quantize_fp8(x.transpose(-1, -2), "head"), ValueError, "contiguous"),
         (lambda x: quantize_fp8_static(x, 0.0), ValueError, "scale"),
@@ -215,3 +240,94 @@ def test_fused_waits_hold_on_gpu(granularity, lag_bytes, reversed_, monkeypatch)
         for _ in range(20):
             y, d = quantize_fp8(xx, granularity, schedule="fused", **args)
             assert torch.equal(d, d2) and torch.equal(bits(y), bits(y2))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("granularity", ["head", "tensor"])
+@pytest.mark.parametrize("spins", [None, 0])
+def test_onchip_waits_hold_on_gpu(granularity, spins, monkeypatch):
+    """Parts dealt over every SM in several rounds (per head: 376 parts of 64 tokens x 2 heads with
+    heads_kv=4), or one round holding all of x (per tensor), batched and varlen with ragged sequences: every call must give two passes' bits (a
+    race would give a stale descale, sometimes). spins=0: every program takes the fallback."""
+    skip_unless_runs("onchip")
+    if spins is not None:
+        monkeypatch.setattr(O, "SPINS", spins)
+    gen = torch.Generator().manual_seed(8)
+    x = inputs(gen, 2, 3000, 8, 128)
+    cu = torch.tensor([0, 700, 1900, 3000], dtype=torch.int32, device=DEV)
+    xv = x.reshape(6000, 8, 128)[:3000]
+    for xx, args in [(x, dict(heads_kv=4)), (xv, dict(cu_seqlens=cu)), (xv, dict(cu_seqlens=cu, heads_kv=2)), (x, {})]:
+        y2, d2 = quantize_fp8(xx, granularity, schedule="two-pass", **args)
+        for _ in range(20):
+            y, d = quantize_fp8(xx, granularity, schedule="onchip", **args)
+            assert torch.equal(d, d2) and torch.equal(bits(y), bits(y2))
+
+
+def meta(*shape: int, dtype=torch.bfloat16) -> torch.Tensor:
+    return torch.empty(shape, dtype=dtype, device="meta")
+
+
+@pytest.mark.skipif(not O.HAVE_GLUON, reason="this triton has no Gluon")
+def test_onchip_plan_holds_what_fits_and_says_what_does_not():
+    """Planned for an H200's 132 SMs: per head a (sequence, kv head) slice must fit in the SMs'
+    shared memory (64 KiB parts, at most one part per SM at a time), per tensor all of x."""
+    plan = O.onchip_plan(meta(1, 16384, 32, 128), 1, 16384, 32, 128, 32, False, False, sms=132)
+    assert isinstance(plan, O.OnchipPlan)
+    rows = O.PART_BYTES // (128 * 2)  # one part: PART_BYTES of one head's tokens
+    assert (plan.part_rows, plan.parts, plan.items) == (rows, 16384 // rows, 32 * 16384 // rows)
+    assert plan.grid == 132 * O.CTAS_PER_SM and plan.lead < plan.buffers
+    assert plan.parts <= plan.grid * (plan.lead + 1)  # a slice's parts are held at once (module doc)
+    assert plan.smem_bytes(2) * O.CTAS_PER_SM == O.CTAS_PER_SM * O.BUFFERS * O.PART_BYTES <= O.SMEM_BYTES
+    gqa = O.onchip_plan(meta(2, 1000, 8, 64), 2, 1000, 8, 64, 2, False, False, sms=132)  # 4 query heads per part
+    assert isinstance(gqa, O.OnchipPlan) and gqa.group == 4 and gqa.part_rows * 4 * 64 * 2 <= O.PART_BYTES
+    assert gqa.parts == -(-1000 // gqa.part_rows) and gqa.items == 2 * 2 * gqa.parts
+    tensor = O.onchip_plan(meta(1, 16384, 4, 128), 1, 16384, 4, 128, 4, True, False, sms=132)  # 16 MiB
+    assert isinstance(tensor, O.OnchipPlan) and tensor.items <= 132 and tensor.buffers == 1
+    assert tensor.part_rows * tensor.parts >= 16384 and tensor.smem_bytes(2) <= O.SMEM_BYTES
+    for x, args, words in [
+        (meta(1, 131072, 8, 128), (1, 131072, 8, 128, 8, False, False), "does not fit"),  # a 32 MiB slice
+        (meta(1, 16384, 8, 128), (1, 16384, 8, 128, 8, True, False), "does not fit"),  # 32 MiB per tensor
+        (meta(1, 64, 8, 96), (1, 64, 8, 96, 8, False, False), "power of two"),
+        (meta(1, 64, 128, 8).transpose(2, 3), (1, 64, 8, 128, 8, False, False), "rows of"),
+    ]:
+        why = O.onchip_plan(x, *args, sms=132)
+        assert isinstance(why, str) and words in why, why
+
+
+def test_onchip_says_why_it_cannot_run_here():
+    x = torch.randn(1, 16, 2, 64, dtype=torch.bfloat16, device=DEV)
+    if ON_HOPPER:
+        x = torch.randn(1, 16, 2, 96, dtype=torch.bfloat16, device=DEV)  # head_dim 96: not a TMA power of two
+    with pytest.raises(ValueError, match="onchip"):
+        quantize_fp8(x, "head", schedule="onchip")
+    y, d = quantize_fp8(x, "head")  # "auto" falls back to two passes
+    assert torch.equal(bits(y), bits(quantize_fp8(x, "head", schedule="two-pass")[0]))
+
+
+COMPILE = """
+import json, sys
+from fp8lab.kernels import quantize_onchip as O
+k = O.compile_onchip_sm90(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3] == "1", sys.argv[4], int(sys.argv[5]))
+print(json.dumps(dict(ptx=k.asm["ptx"], shared=k.metadata.shared)))
+"""
+
+
+@pytest.mark.skipif(not O.HAVE_GLUON, reason="this triton has no Gluon")
+@pytest.mark.parametrize("head_dim,group,per_tensor,dtype,seqlen", [(128, 1, False, "bf16", 16384),
+                                                                     (64, 4, False, "fp16", 2048),
+                                                                     (128, 1, True, "bf16", 16384)])
+def test_onchip_sm90_compile_reads_once_and_stores_wide(head_dim, group, per_tensor, dtype, seqlen):
+    """The sm_90 build (no GPU needed): parts arrive by TMA into shared memory, which holds every
+    buffer; the cast stores `vec` e4m3 per thread and instruction, with the hardware's saturating cvt."""
+    env = {key: val for key, val in os.environ.items() if key != "TRITON_INTERPRET"}  # Gluon has no interpreter
+    args = [str(head_dim), str(group), str(int(per_tensor)), dtype, str(seqlen)]
+    done = subprocess.run([sys.executable, "-c", COMPILE, *args], env=env,
+                          capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-3000:]
+    k = json.loads(done.stdout.strip().splitlines()[-1])
+    ptx = k["ptx"]
+    assert "cp.async.bulk.tensor" in ptx and "mbarrier.try_wait" in ptx
+    plan = O.onchip_plan(meta(1, seqlen, group, head_dim, dtype={"bf16": torch.bfloat16, "fp16": torch.float16}[dtype]),
+                         1, seqlen, group, head_dim, 1, per_tensor, False, sms=O.SM90_SMS)
+    assert plan.smem_bytes(2) <= k["shared"] <= plan.smem_bytes(2) + 4096 <= 227 << 10
+    assert f"st.global.v{plan.vec // 4}.b32" in ptx and "cvt.rn.satfinite.e4m3x2.f32" in ptx  # vec e4m3 per store

@@ -16,7 +16,9 @@ only question is how many times the data crosses HBM.
   + 1 write. ``schedule="fused"``: one launch whose casts trail their amaxes by a
   quarter of the L2, so the second read hits L2 (HBM traffic measured within 10 %
   of one read + one write) -- and the kernel then runs into its instruction and
-  latency costs instead (docs/kernel-notes.md, v7).
+  latency costs instead (docs/kernel-notes.md, v7). ``schedule="onchip"``
+  (`fp8lab.kernels.quantize_onchip`, Gluon, Hopper): every SM holds parts of the
+  slices in shared memory until their amax is known; one read, one write (v13).
 
 Conventions (FA3's): ``descale = amax / 448`` (float32), ``x ~= x_fp8 * descale``,
 per-head and per-tensor descales are ``(batch, heads_kv)``; the per-tensor one is
@@ -28,11 +30,13 @@ amax, so a slice with no number gets descale 1; an inf makes its slice's descale
 and rounded to nearest even; under ``TRITON_INTERPRET=1`` the rounding is done in
 float32 first (`round_to_e4m3`), because the interpreter's own cast is wrong on carries.
 
-Measured on an H200 (docs/kernel-notes.md v5 and v7; 128 MiB of bf16, CUDA-graph
+Measured on an H200 (docs/kernel-notes.md v5, v7 and v13; 128 MiB of bf16, CUDA-graph
 replays so the host's launch overhead is out; copy = 4.15 TB/s), in useful bytes (3 per
-value) against the copy: static 100 %, per-token 85-96 %, per-head 50 % two-pass and
-56 % fused, per-tensor 55 % two-pass and 36 % fused (its casts scan every tile's amax).
-At 32 MiB two passes won (55 % vs 51 %), so "two-pass" is the default.
+value) against the copy: static 100 %, per-token 98 % (95 % at 32 MiB, 73 % at 16 MiB, a
+6 us kernel), per-head 71 % on chip, 50 % two-pass and 57 % fused, per-tensor 55 % two-pass
+and 37 % fused (its casts scan every tile's amax; x does not fit on chip). The default,
+"auto", takes the on-chip kernel per head wherever it can run (it also won at 32 and 16 MiB:
+60 % against 58 %, 42 % against 37 %), and two passes otherwise.
 """
 
 from __future__ import annotations
@@ -46,12 +50,13 @@ import triton.language as tl
 
 from fp8lab.env import triton_interpret
 from fp8lab.kernels.fp8_rounding import round_to_e4m3
+from fp8lab.kernels.quantize_onchip import OnchipPlan, onchip_plan, quantize_onchip
 
 __all__ = ["E4M3_MAX", "quantize_fp8", "quantize_fp8_static"]
 
 E4M3_MAX = 448.0  # largest finite e4m3fn value: 1.75 * 2^8
 Granularity = Literal["tensor", "head", "token"]
-Schedule = Literal["fused", "two-pass"]
+Schedule = Literal["auto", "onchip", "fused", "two-pass"]
 
 
 @triton.jit
@@ -377,7 +382,7 @@ def quantize_fp8(
     cu_seqlens: torch.Tensor | None = None,
     heads_kv: int | None = None,
     round_in_fp32: bool | None = None,
-    schedule: Schedule = "two-pass",
+    schedule: Schedule = "auto",
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Dynamic e4m3fn quantization with fused amax, scale and cast.
 
@@ -387,7 +392,12 @@ def quantize_fp8(
                `heads_kv` < heads (Q under GQA) the query heads of a group share one.
       "tensor" one amax; descale (batch, heads_kv) as a stride-0 expand of it.
       "token"  one descale per (token, head) row: shape x.shape[:-1] (not an FA3 layout).
-    schedule ("head" and "tensor"; both give the same bits):
+    schedule ("head" and "tensor"; all give the same bits):
+      "auto"     per head "onchip" where it can run, else "two-pass" (measured: module doc).
+      "onchip"   one launch that reads HBM once: each slice (per tensor: all of x) is held in
+                 the SMs' shared memory until its amax is known (`quantize_onchip`; Hopper,
+                 power-of-two head_dim <= 256, slices that fit: `onchip_plan` says why not;
+                 raises where it cannot run).
       "two-pass" an amax kernel, then a cast kernel: HBM is read twice once x outgrows L2.
       "fused"    one launch: each tile's cast trails its amax by about a quarter of the L2,
                  so HBM is read about once (per tensor: only when x fits in L2). Faster per
@@ -396,8 +406,8 @@ def quantize_fp8(
     """
     if granularity not in ("tensor", "head", "token"):
         raise ValueError(f"granularity: expected 'tensor', 'head' or 'token', got {granularity!r}")
-    if schedule not in ("fused", "two-pass"):
-        raise ValueError(f"schedule: expected 'fused' or 'two-pass', got {schedule!r}")
+    if schedule not in ("auto", "onchip", "fused", "two-pass"):
+        raise ValueError(f"schedule: expected 'auto', 'onchip', 'fused' or 'two-pass', got {schedule!r}")
     batch, seqlen, heads, d, strides = _layout(x, cu_seqlens)
     hk = _heads_kv(heads, heads_kv)
     round_p = triton_interpret() if round_in_fp32 is None else bool(round_in_fp32)
@@ -415,6 +425,15 @@ def quantize_fp8(
                                     **sizes, VARLEN=varlen, ROUND_IN_FP32=round_p)
         return y, descale
     per_tensor = granularity == "tensor"
+    if schedule == "auto":  # measured (module doc): on chip wins per head; per tensor it only fits where L2 does
+        schedule = "onchip" if granularity == "head" and x.numel() and not round_p and isinstance(
+            onchip_plan(x, batch, seqlen, heads, d, hk, False, varlen), OnchipPlan) else "two-pass"
+    if schedule == "onchip":
+        plan = ("x is empty" if not x.numel() else "it has no float32-rounding path (round_in_fp32)" if round_p
+                else onchip_plan(x, batch, seqlen, heads, d, hk, per_tensor, varlen))
+        if not isinstance(plan, OnchipPlan):
+            raise ValueError(f"schedule='onchip' cannot take this x: {plan}")
+        return quantize_onchip(x, y, cu, batch, seqlen, heads, hk, per_tensor, plan)
     if schedule == "fused":
         return _quantize_fused(x, y, y_strides, cu, batch, seqlen, heads, d, hk, strides, varlen, per_tensor, round_p)
     amax = torch.zeros((1, 1) if per_tensor else (batch, hk), dtype=torch.float32, device=x.device)

@@ -1,0 +1,447 @@
+"""Per-head / per-tensor dynamic quantization that reads x once: each slice held on chip (Gluon).
+
+`fp8lab.kernels.quantize` explains why these granularities need two reads of every value: the
+scale of a (sequence, kv head) depends on all its values, and no program sees them all. This
+kernel makes the whole GPU see a slice at once. Its programs are persistent (CTAS_PER_SM per
+SM); each works through *parts* (``part_rows`` tokens of one slice's heads, 32 KiB), dealt
+round-robin in slice order, and holds ``buffers`` of them in shared memory, where TMA put them:
+
+1. TMA copies part k + buffers - 1 into the buffer part k - 1 has left (loads run ahead).
+2. The amax of part k + lead, read from shared memory, goes into a table: one int64 per part,
+   ``1 << 32 | amax bits`` (flag and value in one word, so no fence orders them). Published a
+   part ahead of its cast, a slice's entries are usually all there when its parts are cast.
+3. Part k waits until every part of its slice has an entry (per tensor: every part of x).
+4. descale = amax / 448; part k is cast from shared memory and stored. HBM saw x once.
+
+A slice may have at most (lead + 1) x programs parts, so that the parts a program waits for are
+held by programs with nothing unpublished before them: no deadlock, as long as every program is
+resident. The launch makes that so on an idle GPU (one program per buffer set, registers capped
+by ``maxnreg``), but CUDA does not promise it: after ``spins`` table reads a program computes its
+slice's amax from x itself, which gives the same bits (tests force it; a config that did not fit
+took this path in v13's exploration and ran about 470x slower, bit for bit right).
+
+Same numerics as the Triton kernels, bit for bit (every GPU test, and 24 of 24 bench checks
+against two passes): the amax skips NaN (maxnum), descale = amax / 448 correctly rounded (1 for a
+zero amax), x / descale by Markstein's two-FMA correction of x * (1 / descale), saturation to
++-448 with NaN kept (sm_90's ``cvt.rn.satfinite``, which the Triton kernels' clamp reproduces),
+round to nearest even.
+
+Measured on the H200 (docs/kernel-notes.md v13, `results/h200/bench_v13_quant.*`; CUDA-graph
+replays against a copy of the same bf16 tensor): per head 0.71 of copy at 128 MiB (two passes
+0.50, v7's fused schedule 0.57), 0.60 at 32 MiB (0.58), 0.42 at 16 MiB (0.37). Nsight Compute
+counted 134 MB of HBM reads for 134 MB of x (on v13's second form). The 85 % target is not
+reached: the SMs mostly wait (that form: 42 % SM and 33 % DRAM throughput). Per tensor, x must
+fit on chip whole, and where it does (16 MiB) it also fits in L2, so two passes read it twice at
+L2 speed and win (0.38; this kernel 0.36-0.38 with 8 warps, 0.24 with 4):
+`quantize_fp8(schedule="auto")` uses this kernel per head only.
+
+It needs what TMA needs: an sm_90 GPU, x readable as rows of (heads x head_dim) with 16-byte
+aligned rows, a power-of-two head_dim of at most 256, and slices (per tensor: all of x) that the
+SMs' shared memory can hold: (lead + 1) x 2 x 132 parts of 32 KiB, 16.5 MiB per slice on an H200
+(at 16k tokens and head_dim 128, up to 4 query heads per kv head). `onchip_plan` says which of
+these a tensor misses.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import triton
+
+from fp8lab.env import triton_interpret
+
+try:  # Gluon ships with triton >= 3.5; the CPU-only kit imports this module without it
+    from triton.experimental import gluon
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    _tma_load = tma.async_load if hasattr(tma, "async_load") else tma.async_copy_global_to_shared
+    _thread_barrier = gl.barrier if hasattr(gl, "barrier") else gl.thread_barrier  # 3.9's name; 3.6's
+    _NAN_ALL = gl.constexpr(triton.language.PropagateNan.ALL)  # Gluon does not re-export the enum
+    HAVE_GLUON = True
+except ImportError:  # pragma: no cover - depends on the installed triton
+    HAVE_GLUON = False
+
+__all__ = ["OnchipPlan", "compile_onchip_sm90", "onchip_plan", "quantize_onchip"]
+
+# Per head: bytes of x per part, shared-memory buffers per program, how many parts ahead of its cast
+# a part's amax is published (< BUFFERS), warps, and table reads before a program computes its slice's
+# amax itself. Per tensor: one buffer of up to SMEM_BYTES per program.
+PART_BYTES = 32 << 10
+BUFFERS = 3
+LEAD = 1
+WARPS = 4
+CTAS_PER_SM = 2  # programs resident per SM (per head), each with BUFFERS parts
+VEC = 8  # values of a row per thread and shared-memory load
+TENSOR_WARPS = 8  # per tensor (one program per SM): 0.36-0.38 of copy at 16 MiB with 8, 0.24 with 4 (v13)
+SPINS = 4000
+SMEM_BYTES = 192 << 10  # of the H100/H200's 227 KB per block, leaving room for the reductions' scratch
+SCRATCH_BYTES = 2 << 10  # shared memory per program besides its buffers (barriers, reductions)
+SM90_SMEM_PER_SM = 228 << 10
+SM90_SMS = 132  # the H100/H200 SXM's SM count (used when compiling without a GPU)
+
+
+@dataclass(frozen=True)
+class OnchipPlan:
+    """How `quantize_onchip` splits x. A part: `part_rows` tokens x `group` heads x head_dim,
+    as `row_boxes` TMA boxes of `box_rows` tokens per head. `parts` per slice (per tensor: one
+    slice of every part), `items` parts in all, `grid` programs of `buffers` parts each."""
+
+    box_rows: int
+    row_boxes: int
+    group: int
+    head_dim: int
+    parts: int
+    items: int
+    grid: int
+    buffers: int
+    lead: int
+    warps: int
+    vec: int
+    maxnreg: int
+
+    @property
+    def part_rows(self) -> int:
+        return self.box_rows * self.row_boxes
+
+    @property
+    def sub_rows(self) -> int:
+        """Rows of a part read into registers at a time: 16 values per thread."""
+        return max(1, min(self.box_rows, 16 * 32 * self.warps // self.head_dim))
+
+    def smem_bytes(self, element_size: int) -> int:
+        return self.buffers * self.part_rows * self.group * self.head_dim * element_size
+
+
+def _pow2_floor(n: int) -> int:
+    return 1 << (max(n, 1).bit_length() - 1)
+
+
+def onchip_plan(x: torch.Tensor, batch: int, seqlen: int, heads: int, head_dim: int, heads_kv: int,
+                per_tensor: bool, varlen: bool, sms: int | None = None) -> OnchipPlan | str:
+    """The launch for x (batched (b, s, h, d) or varlen (total, h, d), `seqlen` its longest
+    sequence), or a sentence saying why x cannot be quantized on chip. sms: SMs to plan for
+    (default: x's device's)."""
+    if not HAVE_GLUON:
+        return f"it needs Gluon (triton >= 3.5); this triton is {triton.__version__}"
+    if sms is None:
+        if triton_interpret():
+            return "Gluon does not run under TRITON_INTERPRET=1"
+        if x.device.type != "cuda" or torch.cuda.get_device_capability(x.device) != (9, 0):
+            got = torch.cuda.get_device_capability(x.device) if x.device.type == "cuda" else x.device.type
+            return f"it needs an sm_90 (Hopper) GPU, got {got}"
+        sms = torch.cuda.get_device_properties(x.device).multi_processor_count
+    es = x.element_size()
+    if head_dim & (head_dim - 1) or not 16 <= head_dim <= 256:
+        return f"head_dim must be a power of two in 16..256 (a TMA box row), got {head_dim}"
+    row_stride = x.stride(-3)
+    rows_uniform = varlen or batch == 1 or x.stride(0) == seqlen * row_stride
+    if x.stride(-1) != 1 or x.stride(-2) != head_dim or not rows_uniform:
+        return f"x must be rows of (heads x head_dim), got strides {tuple(x.stride())}"
+    if (row_stride * es) % 16 or x.data_ptr() % 16:
+        return f"TMA needs 16-byte aligned rows, got a row of {row_stride * es} bytes at {x.data_ptr() % 16} mod 16"
+    group = heads // heads_kv
+    row_bytes = group * head_dim * es
+    slices = batch * heads_kv
+    longest = max(seqlen, 1)
+    if not per_tensor:
+        sms *= CTAS_PER_SM
+    if per_tensor:  # one round: all of x on chip at once, in parts spread over as many SMs as there are
+        if slices > sms:
+            return f"x has {slices} (sequence, kv head) slices, more than the {sms} SMs"
+        buffers, budget = 1, SMEM_BYTES
+        part_rows = triton.cdiv(longest, sms // slices)
+    else:
+        buffers, budget = BUFFERS, PART_BYTES
+        part_rows = budget // row_bytes
+    if row_bytes > budget:
+        return f"one token's {group} heads ({row_bytes} bytes) exceed a part ({budget} bytes)"
+    box_rows = min(256, triton.next_power_of_2(part_rows) if per_tensor else _pow2_floor(part_rows),
+                   triton.next_power_of_2(longest))  # a TMA box has at most 256 rows
+    row_boxes = min(triton.cdiv(part_rows, box_rows) if per_tensor else max(1, part_rows // box_rows),
+                    triton.cdiv(longest, box_rows))
+    part_rows = box_rows * row_boxes
+    parts = triton.cdiv(longest, part_rows)
+    lead = 0 if per_tensor else min(LEAD, buffers - 1)
+    held = sms * (lead + 1)  # parts of one wait set the programs can hold (module doc)
+    need = slices * parts if per_tensor else parts
+    if part_rows * row_bytes > budget or need > held:
+        what, size = ("x", longest * row_bytes * slices) if per_tensor else ("a (sequence, kv head) slice",
+                                                                             longest * row_bytes)
+        return (f"{what} ({size >> 10} KiB) does not fit in the SMs' shared memory: {sms} programs hold "
+                f"{held} parts of at most {budget >> 10} KiB at once")
+    ctas = 1 if per_tensor else CTAS_PER_SM
+    if ctas * (buffers * part_rows * row_bytes + SCRATCH_BYTES) > SM90_SMEM_PER_SM:
+        return (f"{ctas} programs per SM with {buffers} parts of {part_rows * row_bytes >> 10} KiB exceed an SM's "
+                f"{SM90_SMEM_PER_SM >> 10} KiB of shared memory")
+    items = slices * parts
+    warps = TENSOR_WARPS if per_tensor else WARPS
+    return OnchipPlan(box_rows=box_rows, row_boxes=row_boxes, group=group, head_dim=head_dim, parts=parts, items=items, grid=min(items, sms), buffers=buffers, lead=lead,
+                      warps=warps, vec=min(VEC, head_dim), maxnreg=min(255, 65536 // (ctas * warps * 32)) // 8 * 8)
+
+if HAVE_GLUON:
+
+    @gluon.jit
+    def _sequence(CU, b, seqlen, VARLEN: gl.constexpr):
+        """(first row, tokens) of sequence b."""
+        if VARLEN:
+            start = gl.load(CU + b)
+            n = gl.load(CU + b + 1) - start
+        else:
+            start = b * seqlen
+            n = seqlen
+        return start, n
+
+    @gluon.jit
+    def _slice_part(s, p, geo, PART_ROWS: gl.constexpr, VARLEN: gl.constexpr):
+        """Part p of slice s -> (sequence b, kv head g, first row of the part in x's rows, rows of the
+        sequence left from there; <= 0: the part is past the sequence)."""
+        _, n_kv, _, CU, seqlen = geo
+        b = s // n_kv
+        g = s - b * n_kv
+        start, n = _sequence(CU, b, seqlen, VARLEN)
+        return b, g, start + p * PART_ROWS, n - p * PART_ROWS
+
+    @gluon.jit
+    def _part(item, geo, PART_ROWS: gl.constexpr, VARLEN: gl.constexpr):
+        """Work item -> (b, g, slice s, part p, first row, rows left); item = s * parts + p is also the
+        part's TABLE index."""
+        parts, _, _, _, _ = geo
+        s = item // parts
+        p = item - s * parts
+        b, g, row0, left = _slice_part(s, p, geo, PART_ROWS, VARLEN)
+        return b, g, s, p, row0, left
+
+    @gluon.jit
+    def _issue(x_desc, bufs, bar, buf, item, geo, BOX_ROWS: gl.constexpr, ROW_BOXES: gl.constexpr,
+               G: gl.constexpr, D: gl.constexpr, VARLEN: gl.constexpr):
+        """TMA copies of part `item` into buffer `buf` (boxes of BOX_ROWS tokens x one head); an empty
+        part (past its sequence) just completes the buffer's barrier phase."""
+        _, g, _, _, row0, left = _part(item, geo, BOX_ROWS * ROW_BOXES, VARLEN)
+        if left > 0:
+            mbarrier.expect(bar, ROW_BOXES * G * x_desc.block_type.nbytes)
+            for rb in gl.static_range(ROW_BOXES):
+                for j in gl.static_range(G):
+                    _tma_load(x_desc, [row0 + rb * BOX_ROWS, (g * G + j) * D], bar,
+                              bufs.index((buf * ROW_BOXES + rb) * G + j))
+        else:
+            mbarrier.arrive(bar, count=1)
+
+    @gluon.jit
+    def _abs_max(v, keep):
+        """max |v| over `keep` as float32, NaN left out (0 when nothing is left): the Triton kernels' amax."""
+        a = gl.abs(v.to(gl.float32))
+        a = gl.where(keep & (a == a), a, 0.0)
+        return gl.max(gl.max(a, 1), 0)
+
+    @gluon.jit
+    def _part_amax(bufs, buf, left, rows, layout: gl.constexpr, BOX_ROWS: gl.constexpr, ROW_BOXES: gl.constexpr,
+                   G: gl.constexpr, D: gl.constexpr, SUB: gl.constexpr, MASKED: gl.constexpr):
+        """amax of the part in buffer `buf` (its first `left` rows when MASKED): an elementwise running
+        max, then one reduction. gl.maximum is maxnum, so a NaN never replaces a number and an
+        all-NaN part gives 0, as `_abs_max`."""
+        acc = gl.zeros([SUB, D], gl.float32, layout)
+        for rb in gl.static_range(ROW_BOXES):
+            for j in gl.static_range(G):
+                box = bufs.index((buf * ROW_BOXES + rb) * G + j)
+                for r in gl.static_range(0, BOX_ROWS, SUB):
+                    a = gl.abs(box.slice(r, SUB).load(layout).to(gl.float32))
+                    if MASKED:
+                        a = gl.where(gl.expand_dims(rb * BOX_ROWS + r + rows < left, 1), a, 0.0)
+                    acc = gl.maximum(acc, a)
+        return gl.max(gl.max(acc, 1), 0)
+
+    @gluon.jit
+    def _publish(bufs, bars, TABLE, k, pid, grid, geo, rows, layout: gl.constexpr, BOX_ROWS: gl.constexpr,
+                 ROW_BOXES: gl.constexpr, G: gl.constexpr, D: gl.constexpr, BUFFERS: gl.constexpr,
+                 SUB: gl.constexpr, VARLEN: gl.constexpr):
+        """Wait for this program's k-th part to land, and write its TABLE entry."""
+        buf = k % BUFFERS
+        item = pid + k * grid
+        _, _, _, _, _, left = _part(item, geo, BOX_ROWS * ROW_BOXES, VARLEN)
+        mbarrier.wait(bars.index(buf), (k // BUFFERS) & 1)
+        if left >= BOX_ROWS * ROW_BOXES:
+            a = _part_amax(bufs, buf, left, rows, layout, BOX_ROWS, ROW_BOXES, G, D, SUB, False)
+        else:
+            a = _part_amax(bufs, buf, left, rows, layout, BOX_ROWS, ROW_BOXES, G, D, SUB, True)
+        gl.store(TABLE + item, (1 << 32) | a.to(gl.int32, bitcast=True).to(gl.int64))
+
+    @gluon.jit
+    def _table_load(TABLE, first, n, CHUNK: gl.constexpr, NUM_WARPS: gl.constexpr):
+        """The first CHUNK entries of TABLE[first:first+n], read past L1 (an unset entry reads 0)."""
+        offs = gl.arange(0, CHUNK, layout=gl.BlockedLayout([1], [32], [NUM_WARPS], [0]))
+        return gl.load(TABLE + first + offs, mask=offs < n, other=1 << 32, volatile=True)
+
+    @gluon.jit
+    def _table_amax(e, TABLE, first, n, CHUNK: gl.constexpr, NUM_WARPS: gl.constexpr):
+        """(every entry of TABLE[first:first+n] is set, the max of their amaxes); e: the first CHUNK
+        entries, as `_table_load` read them."""
+        flags = e >> 32
+        best = e & 0xFFFFFFFF
+        for c in range(CHUNK, n, CHUNK):
+            e = _table_load(TABLE, first + c, n - c, CHUNK, NUM_WARPS)
+            flags = gl.minimum(flags, e >> 32)
+            best = gl.maximum(best, e & 0xFFFFFFFF)
+        return gl.min(flags, 0) > 0, gl.max(best, 0).to(gl.int32).to(gl.float32, bitcast=True)
+
+    @gluon.jit
+    def _x_amax(X, stride_xr, s0, s1, geo, PART_ROWS: gl.constexpr, SUB: gl.constexpr, G: gl.constexpr,
+                D: gl.constexpr, VARLEN: gl.constexpr, layout: gl.constexpr):
+        """amax of slices s0 .. s1-1 read from x: the fallback of a program whose slice's other parts
+        have not reported (the same value as the table's)."""
+        parts, _, _, _, _ = geo
+        rows = gl.arange(0, SUB, layout=gl.SliceLayout(1, layout))
+        cols = gl.arange(0, D, layout=gl.SliceLayout(0, layout))
+        m = gl.max(gl.zeros([SUB], gl.float32, gl.SliceLayout(1, layout)), 0)
+        for s in range(s0, s1):
+            for p in range(parts):
+                _, g, row0, left = _slice_part(s, p, geo, PART_ROWS, VARLEN)
+                for r in range(0, PART_ROWS, SUB):
+                    keep = gl.expand_dims(r + rows < left, 1)
+                    offs = gl.expand_dims((row0 + r + rows).to(gl.int64) * stride_xr, 1) + gl.expand_dims(cols, 0)
+                    for j in gl.static_range(G):
+                        v = gl.load(X + (g * G + j) * D + offs, mask=keep, other=0.0)
+                        m = gl.maximum(m, _abs_max(v, keep))
+        return m
+
+    @gluon.jit
+    def _onchip_kernel(x_desc, X, Y, DESCALE, TABLE, CU, stride_xr, stride_yr, stride_db, stride_dh,
+                       items, parts, n_kv, slices, seqlen, spins,
+                       BOX_ROWS: gl.constexpr, ROW_BOXES: gl.constexpr, G: gl.constexpr, D: gl.constexpr,
+                       BUFFERS: gl.constexpr, LEAD: gl.constexpr, SUB: gl.constexpr, VARLEN: gl.constexpr,
+                       PER_TENSOR: gl.constexpr, NUM_WARPS: gl.constexpr, VEC: gl.constexpr):
+        """Program i quantizes its parts i, i + grid, ... (k-th: item i + k * grid) in BUFFERS
+        shared-memory buffers: TMA loads run BUFFERS parts ahead of the casts, TABLE entries LEAD
+        parts ahead (so a slice's entries are usually all there when its parts are cast). Cast k:
+        wait for its slice's (per tensor: every) entry, descale = amax / 448, y = e4m3(x / descale)
+        from shared memory; the first part of a slice also stores its descale (DESCALE (batch, kv
+        heads); (1, 1) per tensor)."""
+        PART_ROWS: gl.constexpr = BOX_ROWS * ROW_BOXES
+        CHUNK: gl.constexpr = 32 * NUM_WARPS
+        layout: gl.constexpr = gl.BlockedLayout([1, VEC], [32 * VEC // D, D // VEC], [NUM_WARPS, 1], [1, 0])
+        pid = gl.program_id(0)
+        grid = gl.num_programs(0)
+        geo = (parts, n_kv, slices, CU, seqlen)
+        bufs = gl.allocate_shared_memory(x_desc.dtype, [BUFFERS * ROW_BOXES * G, BOX_ROWS, D], x_desc.layout)
+        bars = gl.allocate_shared_memory(gl.int64, [BUFFERS, 1], mbarrier.MBarrierLayout())
+        for i in gl.static_range(BUFFERS):
+            mbarrier.init(bars.index(i), count=1)
+        fence_async_shared()
+
+        rows = gl.arange(0, SUB, layout=gl.SliceLayout(1, layout))
+        cols = gl.arange(0, D, layout=gl.SliceLayout(0, layout))
+        mine = (items - pid + grid - 1) // grid
+        for k in gl.static_range(BUFFERS):
+            if k < mine:
+                _issue(x_desc, bufs, bars.index(k), k, pid + k * grid, geo, BOX_ROWS, ROW_BOXES, G, D, VARLEN)
+        for k in gl.static_range(LEAD):
+            if k < mine:
+                _publish(bufs, bars, TABLE, k, pid, grid, geo, rows, layout, BOX_ROWS, ROW_BOXES, G, D, BUFFERS,
+                         SUB, VARLEN)
+        for k in range(mine):
+            buf = k % BUFFERS
+            b, g, s, p, row0, left = _part(pid + k * grid, geo, PART_ROWS, VARLEN)
+            if PER_TENSOR:
+                s0, s1 = 0, slices
+            else:
+                s0, s1 = s, s + 1
+            if LEAD == 0:
+                _publish(bufs, bars, TABLE, k, pid, grid, geo, rows, layout, BOX_ROWS, ROW_BOXES, G, D, BUFFERS,
+                         SUB, VARLEN)
+                e = _table_load(TABLE, s0 * parts, (s1 - s0) * parts, CHUNK, NUM_WARPS)
+            else:  # the table's round trip runs under the next part's amax
+                e = _table_load(TABLE, s0 * parts, (s1 - s0) * parts, CHUNK, NUM_WARPS)
+                if k + LEAD < mine:
+                    _publish(bufs, bars, TABLE, k + LEAD, pid, grid, geo, rows, layout, BOX_ROWS, ROW_BOXES, G, D,
+                             BUFFERS, SUB, VARLEN)
+            done, amax = _table_amax(e, TABLE, s0 * parts, (s1 - s0) * parts, CHUNK, NUM_WARPS)
+            tries = 0
+            while (done == 0) & (tries < spins):
+                e = _table_load(TABLE, s0 * parts, (s1 - s0) * parts, CHUNK, NUM_WARPS)
+                done, amax = _table_amax(e, TABLE, s0 * parts, (s1 - s0) * parts, CHUNK, NUM_WARPS)
+                tries += 1
+            if done == 0:
+                amax = _x_amax(X, stride_xr, s0, s1, geo, PART_ROWS, SUB, G, D, VARLEN, layout)
+            d = gl.where(amax > 0, gl.div_rn(amax, 448.0), 1.0)
+            rcp = gl.div_rn(1.0, d)
+            for rb in gl.static_range(ROW_BOXES):
+                for j in gl.static_range(G):
+                    box = bufs.index((buf * ROW_BOXES + rb) * G + j)
+                    for r in gl.static_range(0, BOX_ROWS, SUB):
+                        row = rb * BOX_ROWS + r + rows
+                        v = box.slice(r, SUB).load(layout).to(gl.float32)
+                        q = v * rcp
+                        q = gl.where(q == 0.0, q, gl.fma(gl.fma(-q, d, v), rcp, q))  # RN(v / d); -0 keeps its sign
+                        offs = (gl.expand_dims((row0 + row).to(gl.int64) * stride_yr, 1)
+                                + gl.expand_dims(cols, 0) + (g * G + j) * D)
+                        # sm_90's cvt.rn.satfinite saturates to +-448 and keeps NaN: the Triton kernels' clamp
+                        gl.store(Y + offs, q.to(gl.float8e4nv), mask=gl.expand_dims(row < left, 1))
+            if PER_TENSOR:
+                if (s == 0) & (p == 0):
+                    gl.store(DESCALE, d)
+            else:
+                if p == 0:
+                    gl.store(DESCALE + b * stride_db + g * stride_dh, d)
+            _thread_barrier()  # every warp is done with buffer `buf` before TMA refills it
+            if k + BUFFERS < mine:
+                _issue(x_desc, bufs, bars.index(buf), buf, pid + (k + BUFFERS) * grid, geo, BOX_ROWS, ROW_BOXES,
+                       G, D, VARLEN)
+
+
+def _descriptor(x: torch.Tensor, plan: OnchipPlan, rows: int, heads: int):
+    layout = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=8 * x.element_size(), rank=2)
+    return TensorDescriptor(x, [rows, heads * plan.head_dim], [x.stride(-3), 1], [plan.box_rows, plan.head_dim],
+                            layout)
+
+
+def quantize_onchip(x: torch.Tensor, y: torch.Tensor, cu: torch.Tensor, batch: int, seqlen: int, heads: int,
+                    heads_kv: int, per_tensor: bool, plan: OnchipPlan, spins: int | None = None
+                    ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Quantize x into y (contiguous, x's shape, float8_e4m3fn) as `plan` says; returns (y, descale
+    float32 (batch, heads_kv), stride 0 per tensor). `quantize_fp8(schedule="onchip")` checks x
+    first; call that. spins: table reads before the fallback (None: SPINS; 0: every program computes its
+    slice's amax from x, a test of the fallback)."""
+    varlen = x.dim() == 3
+    rows = x.shape[0] if varlen else batch * seqlen
+    descale = torch.empty((1, 1) if per_tensor else (batch, heads_kv), dtype=torch.float32, device=x.device)
+    table = torch.zeros(plan.items, dtype=torch.int64, device=x.device)  # (1 << 32 | amax bits) per part, 0 = unset
+    _onchip_kernel[(plan.grid,)](
+        _descriptor(x, plan, rows, heads), x, y, descale, table, cu, x.stride(-3), y.stride(-3), *descale.stride(),
+        plan.items, plan.parts, heads_kv, batch * heads_kv, seqlen, SPINS if spins is None else spins,
+        BOX_ROWS=plan.box_rows, ROW_BOXES=plan.row_boxes, G=plan.group, D=plan.head_dim, BUFFERS=plan.buffers,
+        LEAD=plan.lead, SUB=plan.sub_rows, VARLEN=varlen, PER_TENSOR=per_tensor, NUM_WARPS=plan.warps, VEC=plan.vec,
+        num_warps=plan.warps, maxnreg=plan.maxnreg)  # registers for CTAS_PER_SM programs per SM, all resident
+    return y, descale.expand(batch, heads_kv) if per_tensor else descale
+
+
+def compile_onchip_sm90(head_dim: int = 128, group: int = 1, per_tensor: bool = False, dtype: str = "bf16",
+                        seqlen: int = 16384):
+    """Compile the kernel for sm_90 without a GPU (triton's bundled ptxas), planned for one sequence
+    of `seqlen` tokens and `group` query heads per kv head on 132 SMs; returns triton's compiled kernel (`.asm["ptx"]`, `.metadata.shared`)."""
+    import inspect
+
+    from triton.backends.compiler import GPUTarget
+    from triton.experimental.gluon._runtime import GluonASTSource
+
+    if not HAVE_GLUON:
+        raise RuntimeError(f"compile_onchip_sm90 needs Gluon (triton >= 3.5); this triton is {triton.__version__}")
+    tdtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[dtype]
+    stand_in = torch.empty((1, seqlen, group, head_dim), dtype=tdtype, device="meta")
+    plan = onchip_plan(stand_in, 1, seqlen, group, head_dim, 1, per_tensor, False, sms=SM90_SMS)
+    if isinstance(plan, str):
+        raise ValueError(plan)
+    shape = [plan.box_rows, head_dim]
+    layout = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=8 * stand_in.element_size(), rank=2)
+    const = dict(BOX_ROWS=plan.box_rows, ROW_BOXES=plan.row_boxes, G=plan.group, D=head_dim, BUFFERS=plan.buffers,
+                 LEAD=plan.lead, SUB=plan.sub_rows, VARLEN=False, PER_TENSOR=per_tensor, NUM_WARPS=plan.warps,
+                 VEC=plan.vec)
+    types = dict(x_desc=f"tensordesc<{dtype}[{shape[0]}, {shape[1]}],{layout!r}>", X=f"*{dtype}", Y="*fp8e4nv",
+                 DESCALE="*fp32", TABLE="*i64", CU="*i32")
+    params = list(inspect.signature(_onchip_kernel.fn).parameters)
+    sig = {p: "constexpr" if p in const else types.get(p, "i32") for p in params}
+    # what the JIT sees on a GPU: 16-byte aligned pointers and row strides
+    attrs = {(params.index(p),): [["tt.divisibility", 16]] for p in ("X", "Y", "TABLE", "stride_xr", "stride_yr")}
+    return triton.compile(GluonASTSource(_onchip_kernel, sig, const, attrs), target=GPUTarget("cuda", 90, 128),
+                          options=dict(num_warps=plan.warps, maxnreg=plan.maxnreg))
