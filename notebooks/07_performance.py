@@ -216,7 +216,7 @@ graph[graph["version"] == "v13"].pivot_table(index="kernel", columns="size", val
 # - `schedule="two-pass"`: an amax kernel, then a cast kernel. Once x outgrows the L2
 #   the second kernel reads HBM again: 5 bytes per value, 60 % ceiling. The default per
 #   tensor, and per head wherever the on-chip kernel cannot run.
-# - `schedule="onchip"` (v13, Gluon, the default per head on Hopper): persistent programs,
+# - `schedule="onchip"` (v13, Gluon, the default per head on Hopper from 16 MiB): persistent programs,
 #   two per SM, hold 32 KiB parts of the slices in shared memory (TMA fills them), publish
 #   each part's amax a part ahead, and cast a part once its slice's amaxes are all in: HBM is
 #   read once. 71 % of copy at 128 MiB, 1.42x two passes; short of 85 % because each part's

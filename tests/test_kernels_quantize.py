@@ -222,6 +222,14 @@ def test_rounding_helpers_are_round_to_nearest_even():
     assert torch.equal(z_d.cpu(), x.to(torch.bfloat16).float())
 
 
+def assert_same_bits_as_two_pass(x: torch.Tensor, granularity: str, schedule: str, calls: int = 1, **args) -> None:
+    """`calls` runs of `schedule` give two passes' descales and e4m3 bits."""
+    y2, d2 = quantize_fp8(x, granularity, schedule="two-pass", **args)
+    for _ in range(calls):
+        y, d = quantize_fp8(x, granularity, schedule=schedule, **args)
+        assert torch.equal(d, d2) and torch.equal(bits(y), bits(y2)), (tuple(x.shape), schedule, args)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("granularity", ["head", "tensor"])
 @pytest.mark.parametrize("lag_bytes,reversed_", [(None, False), (1, False), (None, True)])
@@ -236,19 +244,17 @@ def test_fused_waits_hold_on_gpu(granularity, lag_bytes, reversed_, monkeypatch)
     cu = torch.tensor([0, 700, 1900, 3000], dtype=torch.int32, device=DEV)
     for args in [dict(heads_kv=4), dict(cu_seqlens=cu)]:
         xx = x.reshape(3000, 8, 128) if "cu_seqlens" in args else x
-        y2, d2 = quantize_fp8(xx, granularity, schedule="two-pass", **args)
-        for _ in range(20):
-            y, d = quantize_fp8(xx, granularity, schedule="fused", **args)
-            assert torch.equal(d, d2) and torch.equal(bits(y), bits(y2))
+        assert_same_bits_as_two_pass(xx, granularity, "fused", 20, **args)
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("granularity", ["head", "tensor"])
 @pytest.mark.parametrize("spins", [None, 0])
 def test_onchip_waits_hold_on_gpu(granularity, spins, monkeypatch):
-    """Parts dealt over every SM in several rounds (per head: 376 parts of 64 tokens x 2 heads with
-    heads_kv=4), or one round holding all of x (per tensor), batched and varlen with ragged sequences: every call must give two passes' bits (a
-    race would give a stale descale, sometimes). spins=0: every program takes the fallback."""
+    """Parts dealt over every program in rounds (per head, heads_kv=4: 376 parts of 64 tokens x 2
+    heads for 264 programs on an H200), or one round holding all of x (per tensor), batched and
+    varlen with ragged sequences: every call must give two passes' bits (a race would give a stale
+    descale, sometimes). spins=0: every program takes the fallback."""
     skip_unless_runs("onchip")
     if spins is not None:
         monkeypatch.setattr(O, "SPINS", spins)
@@ -257,10 +263,22 @@ def test_onchip_waits_hold_on_gpu(granularity, spins, monkeypatch):
     cu = torch.tensor([0, 700, 1900, 3000], dtype=torch.int32, device=DEV)
     xv = x.reshape(6000, 8, 128)[:3000]
     for xx, args in [(x, dict(heads_kv=4)), (xv, dict(cu_seqlens=cu)), (xv, dict(cu_seqlens=cu, heads_kv=2)), (x, {})]:
-        y2, d2 = quantize_fp8(xx, granularity, schedule="two-pass", **args)
-        for _ in range(20):
-            y, d = quantize_fp8(xx, granularity, schedule="onchip", **args)
-            assert torch.equal(d, d2) and torch.equal(bits(y), bits(y2))
+        assert_same_bits_as_two_pass(xx, granularity, "onchip", 20, **args)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("granularity", ["head", "tensor"])
+def test_onchip_tiny_and_ragged_shapes(granularity):
+    """schedule="onchip" must also take the smallest inputs: one token, one-token sequences in a
+    varlen batch, a head_dim of 16, fp32, boxes of a few tokens (at least 128 bytes each: a 64-byte
+    box crashed this test per tensor before the fix; not re-run on the GPU since, notes v13)."""
+    skip_unless_runs("onchip")
+    gen = torch.Generator().manual_seed(9)
+    cu = torch.tensor([0, 1, 1, 4], dtype=torch.int32, device=DEV)
+    cases = [(inputs(gen, 1, 1, 1, 16), {}), (inputs(gen, 2, 3, 4, 32), dict(heads_kv=2)),
+             (inputs(gen, 4, 2, 64), dict(cu_seqlens=cu)), (inputs(gen, 1, 5, 2, 64, dtype=torch.float32), {})]
+    for x, args in cases:
+        assert_same_bits_as_two_pass(x, granularity, "onchip", **args)
 
 
 def meta(*shape: int, dtype=torch.bfloat16) -> torch.Tensor:
@@ -281,6 +299,10 @@ def test_onchip_plan_holds_what_fits_and_says_what_does_not():
     gqa = O.onchip_plan(meta(2, 1000, 8, 64), 2, 1000, 8, 64, 2, False, False, sms=132)  # 4 query heads per part
     assert isinstance(gqa, O.OnchipPlan) and gqa.group == 4 and gqa.part_rows * 4 * 64 * 2 <= O.PART_BYTES
     assert gqa.parts == -(-1000 // gqa.part_rows) and gqa.items == 2 * 2 * gqa.parts
+    for x, args in [(meta(1, 1, 1, 16), (1, 1, 1, 16, 1)), (meta(2, 3, 4, 32), (2, 3, 4, 32, 2))]:
+        for per_tensor in (False, True):  # tiny inputs: TMA boxes still fill 128-byte multiples
+            tiny = O.onchip_plan(x, *args, per_tensor, False, sms=132)
+            assert tiny.box_rows * tiny.head_dim * 2 % 128 == 0, tiny
     tensor = O.onchip_plan(meta(1, 16384, 4, 128), 1, 16384, 4, 128, 4, True, False, sms=132)  # 16 MiB
     assert isinstance(tensor, O.OnchipPlan) and tensor.items <= 132 and tensor.buffers == 1
     assert tensor.part_rows * tensor.parts >= 16384 and tensor.smem_bytes(2) <= O.SMEM_BYTES
@@ -292,6 +314,28 @@ def test_onchip_plan_holds_what_fits_and_says_what_does_not():
     ]:
         why = O.onchip_plan(x, *args, sms=132)
         assert isinstance(why, str) and words in why, why
+
+
+def test_auto_takes_onchip_per_head_from_16_mib(monkeypatch):
+    """schedule="auto" (v13's measurements): the on-chip kernel per head for x of 16 MiB or more
+    where it can run; two passes below that and per tensor. Only the choice is tested here: the
+    plan is made for an H200's 132 SMs, and neither kernel is launched."""
+    calls = []
+
+    class NoLaunch:
+        def __getitem__(self, grid):
+            raise AssertionError("two passes were chosen")
+
+    monkeypatch.setattr(Q, "onchip_plan", lambda x, *args: O.onchip_plan(x, *args, sms=132))
+    monkeypatch.setattr(Q, "quantize_onchip", lambda x, y, *args: calls.append(tuple(x.shape)) or (y, None))
+    monkeypatch.setattr(Q, "_amax_kernel", NoLaunch())
+    big = torch.zeros(1, 4096, 16, 128, dtype=torch.bfloat16, device=DEV)  # 16 MiB
+    quantize_fp8(big, "head", round_in_fp32=False)
+    assert calls == [(1, 4096, 16, 128)]
+    for x, granularity in [(big, "tensor"), (big[:, :2048], "head")]:  # per tensor; 8 MiB
+        with pytest.raises(AssertionError, match="two passes"):
+            quantize_fp8(x, granularity, round_in_fp32=False)
+    assert len(calls) == 1
 
 
 def test_onchip_says_why_it_cannot_run_here():

@@ -35,8 +35,8 @@ replays so the host's launch overhead is out; copy = 4.15 TB/s), in useful bytes
 value) against the copy: static 100 %, per-token 98 % (95 % at 32 MiB, 73 % at 16 MiB, a
 6 us kernel), per-head 71 % on chip, 50 % two-pass and 57 % fused, per-tensor 55 % two-pass
 and 37 % fused (its casts scan every tile's amax; x does not fit on chip). The default,
-"auto", takes the on-chip kernel per head wherever it can run (it also won at 32 and 16 MiB:
-60 % against 58 %, 42 % against 37 %), and two passes otherwise.
+"auto", takes the on-chip kernel per head wherever it can run on an x of 16 MiB or more (it
+also won at 32 and 16 MiB: 60 % against 58 %, 42 % against 37 %), and two passes otherwise.
 """
 
 from __future__ import annotations
@@ -317,6 +317,10 @@ def _heads_kv(heads: int, heads_kv: int | None) -> int:
     return hk
 
 
+# schedule="auto" runs the on-chip kernel per head from this size of x up: where it was measured faster
+# (16, 32 and 128 MiB, v13); smaller inputs take two passes.
+AUTO_ONCHIP_BYTES = 16 << 20
+
 # Values per program on a GPU (scripts/gpu_bench.py sweeps them; docs/kernel-notes.md v3):
 TILE_ELEMENTS = 8192  # static / per-head / per-tensor: 16 KB of bf16 per program
 TILE_ELEMENTS_PER_TOKEN = 4096  # per-token keeps a row max per (token, head): smaller tiles won
@@ -393,7 +397,8 @@ def quantize_fp8(
       "tensor" one amax; descale (batch, heads_kv) as a stride-0 expand of it.
       "token"  one descale per (token, head) row: shape x.shape[:-1] (not an FA3 layout).
     schedule ("head" and "tensor"; all give the same bits):
-      "auto"     per head "onchip" where it can run, else "two-pass" (measured: module doc).
+      "auto"     per head "onchip" where it can run and x has at least AUTO_ONCHIP_BYTES (16 MiB:
+                 measured faster there, module doc), else "two-pass".
       "onchip"   one launch that reads HBM once: each slice (per tensor: all of x) is held in
                  the SMs' shared memory until its amax is known (`quantize_onchip`; Hopper,
                  power-of-two head_dim <= 256, slices that fit: `onchip_plan` says why not;
@@ -426,7 +431,8 @@ def quantize_fp8(
         return y, descale
     per_tensor = granularity == "tensor"
     if schedule == "auto":  # measured (module doc): on chip wins per head; per tensor it only fits where L2 does
-        schedule = "onchip" if granularity == "head" and x.numel() and not round_p and isinstance(
+        big = x.numel() * x.element_size() >= AUTO_ONCHIP_BYTES
+        schedule = "onchip" if granularity == "head" and big and not round_p and isinstance(
             onchip_plan(x, batch, seqlen, heads, d, hk, False, varlen), OnchipPlan) else "two-pass"
     if schedule == "onchip":
         plan = ("x is empty" if not x.numel() else "it has no float32-rounding path (round_in_fp32)" if round_p

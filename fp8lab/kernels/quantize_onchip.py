@@ -33,7 +33,13 @@ counted 134 MB of HBM reads for 134 MB of x (on v13's second form). The 85 % tar
 reached: the SMs mostly wait (that form: 42 % SM and 33 % DRAM throughput). Per tensor, x must
 fit on chip whole, and where it does (16 MiB) it also fits in L2, so two passes read it twice at
 L2 speed and win (0.38; this kernel 0.36-0.38 with 8 warps, 0.24 with 4):
-`quantize_fp8(schedule="auto")` uses this kernel per head only.
+`quantize_fp8(schedule="auto")` uses this kernel per head only, for x of 16 MiB or more (the
+sizes where it was measured faster).
+
+Boxes of a part are whole multiples of 128 bytes: TMA writes shared memory at 128-byte aligned
+addresses, and a 64-byte box (per tensor, one token of 32 bf16 values) crashed the last GPU run
+of v13 with a misaligned address. The fix is checked in the compiled PTX and by a CPU test; the
+GPU test that found it has not run since.
 
 It needs what TMA needs: an sm_90 GPU, x readable as rows of (heads x head_dim) with 16-byte
 aligned rows, a power-of-two head_dim of at most 256, and slices (per tensor: all of x) that the
@@ -160,6 +166,7 @@ def onchip_plan(x: torch.Tensor, batch: int, seqlen: int, heads: int, head_dim: 
         return f"one token's {group} heads ({row_bytes} bytes) exceed a part ({budget} bytes)"
     box_rows = min(256, triton.next_power_of_2(part_rows) if per_tensor else _pow2_floor(part_rows),
                    triton.next_power_of_2(longest))  # a TMA box has at most 256 rows
+    box_rows = max(box_rows, 128 // (head_dim * es))  # each box lands 128-byte aligned in shared memory
     row_boxes = min(triton.cdiv(part_rows, box_rows) if per_tensor else max(1, part_rows // box_rows),
                     triton.cdiv(longest, box_rows))
     part_rows = box_rows * row_boxes
@@ -178,8 +185,10 @@ def onchip_plan(x: torch.Tensor, batch: int, seqlen: int, heads: int, head_dim: 
                 f"{SM90_SMEM_PER_SM >> 10} KiB of shared memory")
     items = slices * parts
     warps = TENSOR_WARPS if per_tensor else WARPS
-    return OnchipPlan(box_rows=box_rows, row_boxes=row_boxes, group=group, head_dim=head_dim, parts=parts, items=items, grid=min(items, sms), buffers=buffers, lead=lead,
-                      warps=warps, vec=min(VEC, head_dim), maxnreg=min(255, 65536 // (ctas * warps * 32)) // 8 * 8)
+    return OnchipPlan(box_rows=box_rows, row_boxes=row_boxes, group=group, head_dim=head_dim, parts=parts,
+                      items=items, grid=min(items, sms), buffers=buffers, lead=lead, warps=warps,
+                      vec=min(VEC, head_dim), maxnreg=min(255, 65536 // (ctas * warps * 32)) // 8 * 8)
+
 
 if HAVE_GLUON:
 
@@ -419,7 +428,8 @@ def quantize_onchip(x: torch.Tensor, y: torch.Tensor, cu: torch.Tensor, batch: i
 def compile_onchip_sm90(head_dim: int = 128, group: int = 1, per_tensor: bool = False, dtype: str = "bf16",
                         seqlen: int = 16384):
     """Compile the kernel for sm_90 without a GPU (triton's bundled ptxas), planned for one sequence
-    of `seqlen` tokens and `group` query heads per kv head on 132 SMs; returns triton's compiled kernel (`.asm["ptx"]`, `.metadata.shared`)."""
+    of `seqlen` tokens and `group` query heads per kv head on 132 SMs; returns triton's compiled
+    kernel (`.asm["ptx"]`, `.metadata.shared`)."""
     import inspect
 
     from triton.backends.compiler import GPUTarget
