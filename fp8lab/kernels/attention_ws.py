@@ -55,27 +55,21 @@ from dataclasses import dataclass
 import torch
 import triton
 
-from fp8lab.env import triton_interpret
+from fp8lab.kernels._gluon import HAVE_GLUON, compile_sm90
 from fp8lab.kernels.attention import heads_per_chunk
 from fp8lab.layout import check_attention_inputs, check_descale, check_softmax_scale
 
-try:  # Gluon ships with triton >= 3.5; the CPU-only kit imports this module without it
-    from triton.experimental import gluon
-    from triton.experimental.gluon import language as gl
-    from triton.experimental.gluon.language.nvidia.hopper import (
+if HAVE_GLUON:
+    from fp8lab.kernels._gluon import (
+        TensorDescriptor,
         fence_async_shared,
+        gl,
+        gluon,
         mbarrier,
-        tma,
         warpgroup_mma,
         warpgroup_mma_wait,
     )
-    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
-
-    # triton 3.6 (the H200 host) names the TMA load async_copy_global_to_shared; 3.9 (CI) async_load
-    _tma_load = tma.async_load if hasattr(tma, "async_load") else tma.async_copy_global_to_shared
-    HAVE_GLUON = True
-except ImportError:  # pragma: no cover - depends on the installed triton
-    HAVE_GLUON = False
+    from fp8lab.kernels._gluon import tma_load as _tma_load
 
 __all__ = ["HAVE_GLUON", "KeyOrderedVt", "WsConfig", "compile_ws_sm90", "default_ws_config", "fp8_attention_ws",
            "key_ordered_vt", "ws_supported"]
@@ -587,16 +581,8 @@ def compile_ws_sm90(head_dim: int = 128, causal: bool = False, config: WsConfig 
     For reading what the compiler made of the schedule (setmaxnreg, wgmma waits, mbarriers) on
     a laptop; the grid shapes' integer arguments are specialised as on the H200.
     """
-    import inspect
-
-    from triton.backends.compiler import GPUTarget
-    from triton.experimental.gluon._runtime import GluonASTSource
-
     if not HAVE_GLUON:
         raise RuntimeError(f"compile_ws_sm90 needs Gluon (triton >= 3.5); this triton is {triton.__version__}")
-    if triton_interpret():
-        raise RuntimeError("compile_ws_sm90: TRITON_INTERPRET=1 replaces Gluon functions by interpreted ones; "
-                           "compile in a process without it")
     cfg = config or default_ws_config(head_dim, causal, permute_keys)
     fp8 = gl.float8e4nv
     shapes = {"q_desc": [64, head_dim], "k_desc": [cfg.block_n, head_dim], "vt_desc": [head_dim, cfg.block_n]}
@@ -607,7 +593,4 @@ def compile_ws_sm90(head_dim: int = 128, causal: bool = False, config: WsConfig 
     const = dict(GROUP=1, HEAD_DIM=head_dim, BLOCK_N=cfg.block_n, STAGES=cfg.stages, CONSUMERS=cfg.consumers,
                  CONSUMER_REGS=cfg.consumer_regs, CAUSAL=causal, MAX_OFFSET=FA3_MAX_OFFSET, PINGPONG=cfg.pingpong,
                  RESCALE_UNDER_MMA=cfg.rescale_under_mma, PERMUTE_KEYS=permute_keys, PACK_P=cfg.pack_p)
-    params = list(inspect.signature(_fp8_attention_ws_fwd.fn).parameters)
-    sig = {p: "constexpr" if p in const else types.get(p, "i32") for p in params}
-    return triton.compile(GluonASTSource(_fp8_attention_ws_fwd, sig, const), target=GPUTarget("cuda", 90, 128),
-                          options=dict(num_warps=4, maxnreg=cfg.maxnreg))
+    return compile_sm90(_fp8_attention_ws_fwd, types, const, num_warps=4, maxnreg=cfg.maxnreg)

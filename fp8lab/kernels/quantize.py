@@ -430,16 +430,17 @@ def quantize_fp8(
                                     **sizes, VARLEN=varlen, ROUND_IN_FP32=round_p)
         return y, descale
     per_tensor = granularity == "tensor"
-    if schedule == "auto":  # measured (module doc): on chip wins per head; per tensor it only fits where L2 does
-        big = x.numel() * x.element_size() >= AUTO_ONCHIP_BYTES
-        schedule = "onchip" if granularity == "head" and big and not round_p and isinstance(
-            onchip_plan(x, batch, seqlen, heads, d, hk, False, varlen), OnchipPlan) else "two-pass"
-    if schedule == "onchip":
+    # "auto", as measured (module doc): on chip per head from AUTO_ONCHIP_BYTES; per tensor x only fits where L2 does
+    big_head = granularity == "head" and x.numel() * x.element_size() >= AUTO_ONCHIP_BYTES
+    if schedule == "onchip" or (schedule == "auto" and big_head):
         plan = ("x is empty" if not x.numel() else "it has no float32-rounding path (round_in_fp32)" if round_p
                 else onchip_plan(x, batch, seqlen, heads, d, hk, per_tensor, varlen))
-        if not isinstance(plan, OnchipPlan):
+        if isinstance(plan, OnchipPlan):
+            return quantize_onchip(x, y, cu, batch, seqlen, heads, hk, per_tensor, plan)
+        if schedule == "onchip":
             raise ValueError(f"schedule='onchip' cannot take this x: {plan}")
-        return quantize_onchip(x, y, cu, batch, seqlen, heads, hk, per_tensor, plan)
+    if schedule == "auto":
+        schedule = "two-pass"
     if schedule == "fused":
         return _quantize_fused(x, y, y_strides, cu, batch, seqlen, heads, d, hk, strides, varlen, per_tensor, round_p)
     amax = torch.zeros((1, 1) if per_tensor else (batch, hk), dtype=torch.float32, device=x.device)

@@ -56,19 +56,20 @@ import torch
 import triton
 
 from fp8lab.env import triton_interpret
+from fp8lab.kernels._gluon import HAVE_GLUON, compile_sm90
 
-try:  # Gluon ships with triton >= 3.5; the CPU-only kit imports this module without it
-    from triton.experimental import gluon
-    from triton.experimental.gluon import language as gl
-    from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma
-    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+if HAVE_GLUON:
+    from fp8lab.kernels._gluon import (
+        TensorDescriptor,
+        fence_async_shared,
+        gl,
+        gluon,
+        mbarrier,
+    )
+    from fp8lab.kernels._gluon import thread_barrier as _thread_barrier
+    from fp8lab.kernels._gluon import tma_load as _tma_load
 
-    _tma_load = tma.async_load if hasattr(tma, "async_load") else tma.async_copy_global_to_shared
-    _thread_barrier = gl.barrier if hasattr(gl, "barrier") else gl.thread_barrier  # 3.9's name; 3.6's
     _NAN_ALL = gl.constexpr(triton.language.PropagateNan.ALL)  # Gluon does not re-export the enum
-    HAVE_GLUON = True
-except ImportError:  # pragma: no cover - depends on the installed triton
-    HAVE_GLUON = False
 
 __all__ = ["OnchipPlan", "compile_onchip_sm90", "onchip_plan", "quantize_onchip"]
 
@@ -430,11 +431,6 @@ def compile_onchip_sm90(head_dim: int = 128, group: int = 1, per_tensor: bool = 
     """Compile the kernel for sm_90 without a GPU (triton's bundled ptxas), planned for one sequence
     of `seqlen` tokens and `group` query heads per kv head on 132 SMs; returns triton's compiled
     kernel (`.asm["ptx"]`, `.metadata.shared`)."""
-    import inspect
-
-    from triton.backends.compiler import GPUTarget
-    from triton.experimental.gluon._runtime import GluonASTSource
-
     if not HAVE_GLUON:
         raise RuntimeError(f"compile_onchip_sm90 needs Gluon (triton >= 3.5); this triton is {triton.__version__}")
     tdtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[dtype]
@@ -449,9 +445,6 @@ def compile_onchip_sm90(head_dim: int = 128, group: int = 1, per_tensor: bool = 
                  VEC=plan.vec)
     types = dict(x_desc=f"tensordesc<{dtype}[{shape[0]}, {shape[1]}],{layout!r}>", X=f"*{dtype}", Y="*fp8e4nv",
                  DESCALE="*fp32", TABLE="*i64", CU="*i32")
-    params = list(inspect.signature(_onchip_kernel.fn).parameters)
-    sig = {p: "constexpr" if p in const else types.get(p, "i32") for p in params}
     # what the JIT sees on a GPU: 16-byte aligned pointers and row strides
-    attrs = {(params.index(p),): [["tt.divisibility", 16]] for p in ("X", "Y", "TABLE", "stride_xr", "stride_yr")}
-    return triton.compile(GluonASTSource(_onchip_kernel, sig, const, attrs), target=GPUTarget("cuda", 90, 128),
-                          options=dict(num_warps=plan.warps, maxnreg=plan.maxnreg))
+    return compile_sm90(_onchip_kernel, types, const, ("X", "Y", "TABLE", "stride_xr", "stride_yr"),
+                        num_warps=plan.warps, maxnreg=plan.maxnreg)
