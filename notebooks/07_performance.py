@@ -198,7 +198,7 @@ exp2
 
 # %%
 quant = bench.records_frame(rdir, "quant")
-knobs = ["tile", "tile_words", "part_kib"]  # rows of a knob sweep, not a kernel's default
+knobs = ["tile", "tile_words", "part_kib", "part_bytes", "fused_tile_elements"]  # knob sweeps' rows
 quant = quant.reindex(columns=[*quant.columns, *({"size", "frac_copy_graph", *knobs} - set(quant.columns))])
 quant["size"] = quant["size"].fillna("1x16384x32x128 (128 MiB)")  # v5 measured only this size
 quant["kernel"] = quant["kernel"].str.replace(" (2 passes)", " two-pass", regex=False)  # v5's names
@@ -206,7 +206,8 @@ graph = quant[quant["frac_copy_graph"].notna() & quant[knobs].isna().all(axis=1)
               & ~quant["kernel"].str.contains("tile=|copy", regex=True, na=True)]
 plots.plot_quant_bandwidth(graph[graph["size"].str.contains("128 MiB")])
 plt.show()
-graph[graph["version"] == "v13"].pivot_table(index="kernel", columns="size", values="frac_copy_graph", sort=False)
+graph[graph["version"].isin(["v13", "v14"])].pivot_table(index="kernel", columns=["size", "version"],
+                                                         values="frac_copy_graph", sort=False)
 
 # %% [markdown]
 # Static scales (vLLM's Q path) and per-token scales run at copy speed. Per-head and
@@ -216,13 +217,15 @@ graph[graph["version"] == "v13"].pivot_table(index="kernel", columns="size", val
 # - `schedule="two-pass"`: an amax kernel, then a cast kernel. Once x outgrows the L2
 #   the second kernel reads HBM again: 5 bytes per value, 60 % ceiling. The default per
 #   tensor, and per head wherever the on-chip kernel cannot run.
-# - `schedule="onchip"` (v13, Gluon, the default per head on Hopper from 16 MiB): persistent programs,
-#   two per SM, hold 32 KiB parts of the slices in shared memory (TMA fills them), publish
-#   each part's amax a part ahead, and cast a part once its slice's amaxes are all in: HBM is
-#   read once. 71 % of copy at 128 MiB, 1.42x two passes; short of 85 % because each part's
-#   path (its load, the table's round trip, the reductions, a barrier) costs a fixed ~1.3 us
-#   that two programs per SM only partly overlap. Per tensor all of x must fit on chip, and
-#   where it does it fits in L2 too: two passes win there.
+# - `schedule="onchip"` (v13, Gluon, the default on Hopper from 4 MiB where x fits): persistent
+#   programs, two per SM, hold 32 KiB parts of the slices in shared memory (TMA fills them),
+#   publish each part's amax a part ahead, and cast a part once its slice's amaxes are all in:
+#   HBM is read once. v13: 71 % of copy at 128 MiB. v14 counted its compiled instructions (9.5
+#   per value: Triton widened every bf16 to float32, and the division paid a select per value),
+#   read bf16 two values per instruction, dropped the select, and launched the programs in rounds
+#   of whole slices: 77 %, 1.51x two passes. Short of 85 % because the kernel is latency-bound
+#   at two warps per scheduler: with the waiting switched off it still stops at 80 %. Per tensor
+#   all of x must fit on chip (~25 MiB); there it now beats two passes.
 # - `schedule="fused"` (v7): one launch whose cast items trail their amax items by a
 #   quarter of the L2, so the cast re-reads from L2. Nsight Compute measured its HBM
 #   traffic at 147 MB read for 134 MB of input (two passes: 268 MB), yet it reaches only
@@ -236,16 +239,21 @@ graph[graph["version"] == "v13"].pivot_table(index="kernel", columns="size", val
 #   profiled; the likely reason: a slice's programs can only leave together, so the GPU
 #   advances in slice-sized waves while waiting programs hold their slots and load nothing.
 #
-# The knobs of the on-chip kernel (part size, buffers per program, how far ahead amaxes are
-# published, warps, programs per SM) in v13's final run; `docs/kernel-notes.md` v13 has
-# the exploration (`bench_v13_quant_explore*`):
+# The knobs of the on-chip kernel in v14's run (part size, buffers per program, how far ahead
+# amaxes are published, warps, programs per SM; bf16 read as pairs, values per thread, programs
+# aligned to slices; `_wait` < 2 switches the waiting off and gives wrong bits: it measures what
+# waiting costs). Each row ran once, the first two again at the end; `docs/kernel-notes.md` v13
+# and v14 have the exploration:
 
 # %%
-sweep = quant[(quant["version"] == "v13") & quant["part_kib"].notna()]
-record("quant_frac_copy_graph_v13", {f"{r.kernel} {r.size[:14]}": round(r.frac_copy_graph, 3)
-                                     for r in graph[graph["version"] == "v13"].itertuples()})
-sweep.pivot_table(index=["part_kib", "buffers", "lead", "warps", "ctas_per_sm"], columns="size",
-                  values="frac_copy_graph", sort=False)
+sweep = quant[(quant["version"] == "v14") & quant["part_bytes"].notna()].copy()
+sweep["part_kib"] = sweep["part_bytes"] // 1024
+onchip_knobs = ["part_kib", "buffers", "warps", "ctas_per_sm", "pairs", "vec", "align", "_wait"]
+sweep[onchip_knobs] = sweep[onchip_knobs].astype(int)
+record("quant_frac_copy_graph_v14", {f"{r.kernel} {r.size[:14]}": round(r.frac_copy_graph, 3)
+                                     for r in graph[graph["version"] == "v14"].itertuples()})
+sweep.pivot_table(index=onchip_knobs, columns="size", values="frac_copy_graph", sort=False,
+                  aggfunc=lambda runs: [round(r, 2) for r in runs])
 
 # %% [markdown]
 # And the fused kernel's (v7: tile size, warps, how far the casts trail):
@@ -299,7 +307,8 @@ else:
 #   inside its timed calls.
 # - Attention is compute-bound; at small head dims the exp2 unit, not the tensor cores, is the wall.
 # - Static-scale quantization runs at copy speed; per-head scales held on chip read x once
-#   (71 % of copy against 50 % for two passes), per-tensor scales still cost a second pass.
+#   (77 % of copy against 51 % for two passes; 71 % in v13), per-tensor scales still cost a
+#   second pass at 128 MiB (on chip where x fits, up to ~25 MiB).
 # - vLLM's slow FP8 path at head dim 256 is its build, not the varlen entry: fa3-fwd's varlen is fast.
 #
 # ## Exercises

@@ -235,6 +235,30 @@ def correctness(run: Run, prov: dict) -> None:
     run.save("correctness", rows)
 
 
+def knob_sweep(rows: list[dict], module, settings: list[dict], fn, useful_bytes: int, copy_bw: float,
+               record: dict) -> None:
+    """Time `fn` (CUDA-graph replays) under each setting of `module`'s knobs (name -> value), one row
+    each (`record` plus the knobs in lower case), and put the knobs back as they were."""
+    defaults = {k: getattr(module, k) for k in {k for setting in settings for k in setting}}
+    try:
+        for setting in settings:
+            for k, v in setting.items():
+                setattr(module, k, v)
+            cfg = dict(record, **{k.lower(): v for k, v in setting.items()})
+            try:
+                ms_g = bench.median_ms_graph(fn)
+            except Exception as e:  # noqa: BLE001
+                rows.append(dict(cfg, error=repr(e)[:200]))
+                print(f"  {setting}: error {e!r:.200}", flush=True)
+                continue
+            rows.append(dict(cfg, ms_graph=ms_g, frac_copy_graph=bench.tbps(useful_bytes, ms_g) / copy_bw))
+            print(f"  {record['kernel']} {setting}: {ms_g * 1e3:7.1f} us  {rows[-1]['frac_copy_graph']:.2f} of copy",
+                  flush=True)
+    finally:
+        for k, v in defaults.items():
+            setattr(module, k, v)
+
+
 def quant(run: Run) -> None:
     """Quantization kernels: bitwise checks, then bandwidth against the device copy at 128, 32
     and 16 MiB (v7: the fused per-head / per-tensor schedule against two passes, and its knobs;
@@ -323,50 +347,28 @@ def quant(run: Run) -> None:
             print(f"{size:<28} {name:<22} {ms_g * 1e3:7.1f} us  {rows[-1]['frac_copy_graph']:.2f} of copy", flush=True)
         if heads == 4:
             continue
-        # v13: the on-chip kernel's knobs (part bytes, buffers, lead, warps, programs per SM), per head
-        oknobs = ("PART_BYTES", "BUFFERS", "LEAD", "WARPS", "CTAS_PER_SM")
-        odefaults = [getattr(Om, k) for k in oknobs]
-        for part, nbuf, lead, warps, ctas in ((32, 3, 1, 4, 2), (32, 3, 1, 8, 2), (32, 2, 1, 4, 3), (64, 3, 1, 8, 1),
-                                              (16, 2, 1, 4, 6), (32, 1, 0, 4, 6), (32, 6, 2, 8, 1)):
-            part <<= 10
-            for k, v in zip(oknobs, (part, nbuf, lead, warps, ctas)):
-                setattr(Om, k, v)
-            cfg = dict(size=size, kernel="per-head onchip", part_kib=part >> 10, buffers=nbuf, lead=lead,
-                       warps=warps, ctas_per_sm=ctas)
-            try:
-                ms_g = bench.median_ms_graph(lambda: quantize_fp8(x, "head", schedule="onchip"))
-            except Exception as e:  # noqa: BLE001
-                rows.append(dict(cfg, error=repr(e)[:200]))
-                print(f"  onchip {cfg}: error {e!r:.200}", flush=True)
-                continue
-            rows.append(dict(cfg, ms_graph=ms_g, frac_copy_graph=bench.tbps(3 * n, ms_g) / copy_bw))
-            print(f"  onchip per-head part {part >> 10:3d} KiB x {nbuf} lead {lead} warps {warps} ctas {ctas}: "
-                  f"{ms_g * 1e3:7.1f} us  "
-                  f"{rows[-1]['frac_copy_graph']:.2f} of copy", flush=True)
-        for k, v in zip(oknobs, odefaults):
-            setattr(Om, k, v)
+        # the on-chip kernel's knobs, per head (v13: part bytes, buffers, lead, warps, programs per SM;
+        # v14: bf16 as word pairs, values per thread, programs aligned to slices, and what waiting costs:
+        # _WAIT 1 casts with the table as first read, 0 reads no table; wrong bits, timing only)
+        base = dict(PART_BYTES=32 << 10, BUFFERS=3, LEAD=1, WARPS=4, CTAS_PER_SM=2, PAIRS=True, VEC=8, ALIGN=True,
+                    _WAIT=2)
+        onchip = [dict(base, **change) for change in (
+            {}, dict(ALIGN=False), dict(PAIRS=False), dict(VEC=16), dict(WARPS=8), dict(BUFFERS=2, CTAS_PER_SM=3),
+            dict(PART_BYTES=64 << 10, WARPS=8, CTAS_PER_SM=1), dict(PART_BYTES=64 << 10, WARPS=8, CTAS_PER_SM=1,
+                                                                     ALIGN=False),
+            dict(_WAIT=1), dict(_WAIT=0), {}, dict(ALIGN=False))]  # the first two again: run-to-run spread
+        knob_sweep(rows, Om, onchip, lambda: quantize_fp8(x, "head", schedule="onchip"), 3 * n, copy_bw,
+                   dict(size=size, kernel="per-head onchip"))
         if heads != 32:
             continue
-        # the fused kernel's knobs, per head and per tensor at 128 MiB
+        # the fused kernel's knobs, per head and per tensor at 128 MiB (v7)
         l2 = torch.cuda.get_device_properties(0).L2_cache_size
-        knobs = ("FUSED_TILE_ELEMENTS", "FUSED_WARPS", "FUSED_LAG_BYTES")
-        defaults = [getattr(Qm, k) for k in knobs]
-        for tile, warps in ((8192, 4), (8192, 8), (16384, 4)):
-            for gb in (l2 // 8, l2 // 4, l2 // 2):
-                for k, v in zip(knobs, (tile, warps, gb)):
-                    setattr(Qm, k, v)
-                for gran in ("head", "tensor") if gb == l2 // 4 else ("head",):
-                    cfg = dict(size=size, kernel=f"per-{gran} fused", tile=tile, warps=warps, lag_mib=gb / 2**20)
-                    try:
-                        ms_g = bench.median_ms_graph(lambda: quantize_fp8(x, gran, schedule="fused"))
-                    except Exception as e:  # noqa: BLE001
-                        rows.append(dict(cfg, error=repr(e)[:200]))
-                        continue
-                    rows.append(dict(cfg, ms_graph=ms_g, frac_copy_graph=bench.tbps(3 * n, ms_g) / copy_bw))
-                    print(f"  fused per-{gran:<6} tile {tile:<6} warps {warps} lag {gb / 2**20:5.1f} MiB: "
-                          f"{ms_g * 1e3:7.1f} us  {rows[-1]['frac_copy_graph']:.2f} of copy", flush=True)
-        for k, v in zip(knobs, defaults):
-            setattr(Qm, k, v)
+        for gran in ("head", "tensor"):
+            fused = [dict(FUSED_TILE_ELEMENTS=tile, FUSED_WARPS=warps, FUSED_LAG_BYTES=gb)
+                     for tile, warps in ((8192, 4), (8192, 8), (16384, 4))
+                     for gb in ((l2 // 8, l2 // 4, l2 // 2) if gran == "head" else (l2 // 4,))]
+            knob_sweep(rows, Qm, fused, lambda: quantize_fp8(x, gran, schedule="fused"), 3 * n, copy_bw,
+                       dict(size=size, kernel=f"per-{gran} fused"))
     run.save("quant", rows, l2_bytes=torch.cuda.get_device_properties(0).L2_cache_size,
              sms=torch.cuda.get_device_properties(0).multi_processor_count)
 

@@ -165,6 +165,50 @@ def test_all_nan_tiles_stay_out_of_the_amax(granularity, schedule):
     assert torch.equal(bits(y), ref)
 
 
+def division_edges(gen: torch.Generator) -> torch.Tensor:
+    """(2, 9, 2, 32) bf16, one (sequence, head) slice per hard case of x / descale:
+    [0, :, 0]: every e4m3 rounding midpoint (both signs) times 1.75, with an amax of 784 in each
+    token, so descale = 1.75 and x / descale lands exactly on the midpoints (ties to even);
+    [0, :, 1]: an amax near 2^-98, descale below TINY_DESCALE (the kernels divide exactly);
+    [1, :, 0]: descale near 2^-85, just above it (Markstein's residual close to underflow);
+    [1, :, 1]: ordinary values with +-0 among them."""
+    pos = representable_values(torch.float8_e4m3fn)
+    pos = pos[pos >= 0]
+    ties = ((pos[1:] + pos[:-1]) / 2 * 1.75)
+    ties = torch.cat([ties, -ties, ties[:27]])  # 279 = 9 tokens x 31
+    x = torch.empty(2, 9, 2, 32, dtype=torch.float64)
+    x[0, :, 0, 0] = 784.0
+    x[0, :, 0, 1:] = ties[torch.randperm(len(ties), generator=gen)].reshape(9, 31)
+    x[0, :, 1] = torch.randn(9, 32, generator=gen, dtype=torch.float64) * 2.0 ** -100
+    x[1, :, 0] = torch.randn(9, 32, generator=gen, dtype=torch.float64) * 2.0 ** -78
+    x[1, :, 1] = torch.randn(9, 32, generator=gen, dtype=torch.float64)
+    x[1, 2, 1, :4] = torch.tensor([0.0, -0.0, -0.0, 0.0])
+    xb = x.to(torch.bfloat16)
+    assert torch.equal(xb[0, :, 0].double(), x[0, :, 0])  # the ties are bf16 values
+    return xb.to(DEV)
+
+
+@pytest.mark.parametrize("granularity", ["head", "token"])
+def test_division_is_correctly_rounded_at_the_edges(granularity, schedule):
+    """Values whose x / descale is an exact e4m3 tie, descales too small for Markstein's correction
+    (and one just above), and signed zeros: the bits of the float64 reference on every schedule."""
+    if granularity == "token" and schedule != "two-pass":
+        pytest.skip("per-token quantization has one schedule")
+    gen = torch.Generator().manual_seed(11)
+    x = division_edges(gen)
+    y, d = quantize_fp8(x, granularity, schedule=schedule)
+    xf = x.float().cpu()
+    amax = xf.abs().amax(dim=(1, 3)) if granularity == "head" else xf.abs().amax(-1)
+    dref = torch.where(amax > 0, ieee_div(amax, torch.tensor(448.0)), torch.ones_like(amax))
+    assert torch.equal(d.cpu(), dref)
+    per_slice = dref if granularity == "head" else dref.transpose(1, 2)  # (batch, heads[, tokens])
+    assert (per_slice[0, 0] == 1.75).all() and (per_slice[0, 1] < 2.0 ** -90).all()
+    assert (per_slice[1, 0] > 2.0 ** -90).all()
+    assert torch.equal(bits(y), cast_ref(ieee_div(xf, dref[..., None] if granularity == "token"
+                                                  else dref[:, None, :, None])))
+    assert (bits(y)[1, 2, 1, :4] == torch.tensor([0x00, 0x80, 0x80, 0x00], dtype=torch.uint8)).all()
+
+
 def test_static_matches_vllm_formula_and_saturates():
     gen = torch.Generator().manual_seed(5)
     x = inputs(gen, 2, 19, 4, 32)
@@ -288,17 +332,24 @@ def meta(*shape: int, dtype=torch.bfloat16) -> torch.Tensor:
 @pytest.mark.skipif(not O.HAVE_GLUON, reason="this triton has no Gluon")
 def test_onchip_plan_holds_what_fits_and_says_what_does_not():
     """Planned for an H200's 132 SMs: per head a (sequence, kv head) slice must fit in the SMs'
-    shared memory (64 KiB parts, at most one part per SM at a time), per tensor all of x."""
+    shared memory (at most (lead + 1) parts per program at a time), per tensor all of x; per head
+    the programs are a multiple of a slice's parts where that idles at most 1/16 of them."""
     plan = O.onchip_plan(meta(1, 16384, 32, 128), 1, 16384, 32, 128, 32, False, False, sms=132)
     assert isinstance(plan, O.OnchipPlan)
     rows = O.PART_BYTES // (128 * 2)  # one part: PART_BYTES of one head's tokens
     assert (plan.part_rows, plan.parts, plan.items) == (rows, 16384 // rows, 32 * 16384 // rows)
-    assert plan.grid == 132 * O.CTAS_PER_SM and plan.lead < plan.buffers
+    programs = 132 * O.CTAS_PER_SM
+    aligned = programs // plan.parts * plan.parts  # ALIGN: each round of parts covers whole slices (v14)
+    assert plan.grid == (aligned if O.ALIGN and aligned * 16 >= programs * 15 else programs), plan
+    assert plan.lead < plan.buffers
     assert plan.parts <= plan.grid * (plan.lead + 1)  # a slice's parts are held at once (module doc)
     assert plan.smem_bytes(2) * O.CTAS_PER_SM == O.CTAS_PER_SM * O.BUFFERS * O.PART_BYTES <= O.SMEM_BYTES
     gqa = O.onchip_plan(meta(2, 1000, 8, 64), 2, 1000, 8, 64, 2, False, False, sms=132)  # 4 query heads per part
     assert isinstance(gqa, O.OnchipPlan) and gqa.group == 4 and gqa.part_rows * 4 * 64 * 2 <= O.PART_BYTES
     assert gqa.parts == -(-1000 // gqa.part_rows) and gqa.items == 2 * 2 * gqa.parts
+    for seqlen, parts, grid in ((12800, 100, 264), (8448, 66, 264)):  # 200 of 264 would idle too many
+        odd = O.onchip_plan(meta(1, seqlen, 32, 128), 1, seqlen, 32, 128, 32, False, False, sms=132)
+        assert (odd.parts, odd.grid) == (parts, grid)
     for x, args in [(meta(1, 1, 1, 16), (1, 1, 1, 16, 1)), (meta(2, 3, 4, 32), (2, 3, 4, 32, 2))]:
         for per_tensor in (False, True):  # tiny inputs: TMA boxes still fill 128-byte multiples
             tiny = O.onchip_plan(x, *args, per_tensor, False, sms=132)
@@ -316,10 +367,11 @@ def test_onchip_plan_holds_what_fits_and_says_what_does_not():
         assert isinstance(why, str) and words in why, why
 
 
-def test_auto_takes_onchip_per_head_from_16_mib(monkeypatch):
-    """schedule="auto" (v13's measurements): the on-chip kernel per head for x of 16 MiB or more
-    where it can run; two passes below that and per tensor. Only the choice is tested here: the
-    plan is made for an H200's 132 SMs, and neither kernel is launched."""
+def test_auto_takes_onchip_from_4_mib_where_it_runs(monkeypatch):
+    """schedule="auto" (v14's measurements): the on-chip kernel for x of 4 MiB or more, per head
+    and per tensor, wherever it can run; two passes below that and where x does not fit on chip.
+    Only the choice is tested here: the plan is made for an H200's 132 SMs, and neither kernel
+    is launched."""
     calls = []
 
     class NoLaunch:
@@ -329,13 +381,15 @@ def test_auto_takes_onchip_per_head_from_16_mib(monkeypatch):
     monkeypatch.setattr(Q, "onchip_plan", lambda x, *args: O.onchip_plan(x, *args, sms=132))
     monkeypatch.setattr(Q, "quantize_onchip", lambda x, y, *args: calls.append(tuple(x.shape)) or (y, None))
     monkeypatch.setattr(Q, "_amax_kernel", NoLaunch())
-    big = torch.zeros(1, 4096, 16, 128, dtype=torch.bfloat16, device=DEV)  # 16 MiB
-    quantize_fp8(big, "head", round_in_fp32=False)
-    assert calls == [(1, 4096, 16, 128)]
-    for x, granularity in [(big, "tensor"), (big[:, :2048], "head")]:  # per tensor; 8 MiB
+    x = torch.zeros(1, 4096, 16, 128, dtype=torch.bfloat16, device=DEV)  # 16 MiB
+    for granularity, view in [("head", x), ("tensor", x), ("head", x[:, :1024])]:  # 16, 16, 4 MiB
+        quantize_fp8(view, granularity, round_in_fp32=False)
+    assert calls == [(1, 4096, 16, 128), (1, 4096, 16, 128), (1, 1024, 16, 128)]
+    wide = torch.zeros(1, 8192, 16, 128, dtype=torch.bfloat16, device=DEV)  # 32 MiB: per tensor, not on chip
+    for view, granularity in [(x[:, :512], "head"), (wide, "tensor")]:  # 2 MiB; 32 MiB per tensor
         with pytest.raises(AssertionError, match="two passes"):
-            quantize_fp8(x, granularity, round_in_fp32=False)
-    assert len(calls) == 1
+            quantize_fp8(view, granularity, round_in_fp32=False)
+    assert len(calls) == 3
 
 
 def test_onchip_says_why_it_cannot_run_here():
@@ -375,3 +429,7 @@ def test_onchip_sm90_compile_reads_once_and_stores_wide(head_dim, group, per_ten
                          1, seqlen, group, head_dim, 1, per_tensor, False, sms=O.SM90_SMS)
     assert plan.smem_bytes(2) <= k["shared"] <= plan.smem_bytes(2) + 4096 <= 227 << 10
     assert f"st.global.v{plan.vec // 4}.b32" in ptx and "cvt.rn.satfinite.e4m3x2.f32" in ptx  # vec e4m3 per store
+    # bf16: two values per max (v14); the division: two fma per value and no compare and select (v13 had one)
+    assert plan.pairs == (dtype == "bf16") and ("max.xorsign.abs.bf16x2" in ptx) == plan.pairs
+    assert ptx.count("fma.rn.f32") >= 2 * 8
+    assert not plan.pairs or ptx.count("selp.f32") < 64  # v13: one per value, 128 per part

@@ -3,8 +3,8 @@
 Both run on Hopper GPUs and, exactly, on the CPU under ``TRITON_INTERPRET=1``.
 `fp8_attention_ws` is FA3's warp-specialized schedule written in Gluon (Hopper only, batched,
 V pre-transposed, fastest with `key_ordered_vt(v)`); `compile_ws_sm90` shows its sm_90 code
-without a GPU. `quantize_fp8` per kv head runs `quantize_onchip` (Gluon) on Hopper for inputs of
-16 MiB or more: each slice held in the SMs' shared memory, x read once.
+without a GPU. `quantize_fp8` per kv head and per tensor runs `quantize_onchip` (Gluon) on Hopper
+for inputs of 4 MiB or more where it can: each slice held in the SMs' shared memory, x read once.
 """
 
 from fp8lab.kernels.attention import (

@@ -31,8 +31,19 @@ try:  # Gluon ships with triton >= 3.5
 except ImportError:  # pragma: no cover - depends on the installed triton
     HAVE_GLUON = False
 
+if HAVE_GLUON:  # triton 3.6 names a shared-memory view of other dtype/shape _reinterpret, 3.9 reinterpret
+    if hasattr(gl.shared_memory_descriptor, "reinterpret"):
+        @gluon.jit
+        def smem_reinterpret(desc, dtype: gl.constexpr, shape: gl.constexpr, layout: gl.constexpr):
+            return desc.reinterpret(dtype, shape, layout)
+    else:
+        @gluon.jit
+        def smem_reinterpret(desc, dtype: gl.constexpr, shape: gl.constexpr, layout: gl.constexpr):
+            return desc._reinterpret(dtype, shape, layout)
+
+
 __all__ = ["HAVE_GLUON", "TensorDescriptor", "compile_sm90", "fence_async_shared", "gl", "gluon", "mbarrier",
-           "thread_barrier", "tma_load", "warpgroup_mma", "warpgroup_mma_wait"]
+           "smem_reinterpret", "thread_barrier", "tma_load", "warpgroup_mma", "warpgroup_mma_wait"]
 
 
 def compile_sm90(kernel, types: dict[str, str], const: dict, divisible_by_16: tuple[str, ...] = (), **options):

@@ -26,6 +26,12 @@ The trick, for ``|x| <= 448`` (callers clamp first):
 The same interpreter truncates float32 -> bfloat16 (round toward zero: half of
 all values land one bf16 ulp low, measured on Triton 3.9), so `round_to_bf16`
 does nearest-even in the bit pattern before that cast too.
+
+`TINY_DESCALE`: the GPU kernels divide by a descale d as x * RN(1/d) plus Markstein's FMA
+correction, which is exact only while its residual does not underflow: for every d >= 2^-92
+wherever the quotient matters to e4m3 (>= 2^-11). Below 2^-90 (an amax under ~3.6e-25; 1/d
+itself overflows from 2^-128) they divide exactly another way: IEEE division in the Triton
+kernels, x * 2^64 over d * 2^64 in the on-chip one.
 """
 
 from __future__ import annotations
@@ -33,7 +39,9 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-__all__ = ["round_to_bf16", "round_to_e4m3"]
+__all__ = ["TINY_DESCALE", "round_to_bf16", "round_to_e4m3"]
+
+TINY_DESCALE = tl.constexpr(2.0 ** -90)
 
 
 @triton.jit

@@ -30,13 +30,14 @@ amax, so a slice with no number gets descale 1; an inf makes its slice's descale
 and rounded to nearest even; under ``TRITON_INTERPRET=1`` the rounding is done in
 float32 first (`round_to_e4m3`), because the interpreter's own cast is wrong on carries.
 
-Measured on an H200 (docs/kernel-notes.md v5, v7 and v13; 128 MiB of bf16, CUDA-graph
+Measured on an H200 (docs/kernel-notes.md v5, v7, v13 and v14; 128 MiB of bf16, CUDA-graph
 replays so the host's launch overhead is out; copy = 4.15 TB/s), in useful bytes (3 per
-value) against the copy: static 100 %, per-token 98 % (95 % at 32 MiB, 73 % at 16 MiB, a
-6 us kernel), per-head 71 % on chip, 50 % two-pass and 57 % fused, per-tensor 55 % two-pass
-and 37 % fused (its casts scan every tile's amax; x does not fit on chip). The default,
-"auto", takes the on-chip kernel per head wherever it can run on an x of 16 MiB or more (it
-also won at 32 and 16 MiB: 60 % against 58 %, 42 % against 37 %), and two passes otherwise.
+value) against the copy: static 100 %, per-token 99 % (95 % at 32 MiB, 69 % at 16 MiB, a
+6 us kernel), per-head 77 % on chip, 51 % two-pass and 54 % fused, per-tensor 56 % two-pass
+and 34 % fused (its casts scan every tile's amax; x does not fit on chip). The default,
+"auto", takes the on-chip kernel wherever it can run on an x of 4 MiB or more (per head it
+won at every size from 4 to 128 MiB; per tensor, where x fits on chip, from 8 to 24 MiB),
+and two passes otherwise.
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ import triton
 import triton.language as tl
 
 from fp8lab.env import triton_interpret
-from fp8lab.kernels.fp8_rounding import round_to_e4m3
+from fp8lab.kernels.fp8_rounding import TINY_DESCALE, round_to_e4m3
 from fp8lab.kernels.quantize_onchip import OnchipPlan, onchip_plan, quantize_onchip
 
 __all__ = ["E4M3_MAX", "quantize_fp8", "quantize_fp8_static"]
@@ -70,16 +71,28 @@ def _to_e4m3(y, ROUND_IN_FP32: tl.constexpr):
 
 
 @triton.jit
-def _divide(x, d, r, EXACT_DIV: tl.constexpr):
-    """x / d correctly rounded. EXACT_DIV: IEEE division per element (slow, used under the
-    interpreter). Else Markstein's correction: with r = RN(1/d) computed once per scale,
-    q = x * r is within an ulp, fma(-q, d, x) is its exact residual, and q + residual * r
-    rounds to RN(x / d): two FMAs instead of a division sequence per element."""
+def _divide(x, d, r, exact, EXACT_DIV: tl.constexpr):
+    """x / d correctly rounded, for d of any shape that broadcasts to x's. EXACT_DIV (a constexpr,
+    under the interpreter) or `exact` (a runtime scalar, set where a d of the tile is below
+    TINY_DESCALE): IEEE division per element. Else Markstein's correction: with
+    r = RN(1/d) computed once per scale, q = x * r is within an ulp, fma(q, d, -x) is its exact
+    residual negated, and q - residual * r rounds to RN(x / d): one FMUL and two FFMA per value
+    instead of a division sequence.
+    - x = -0 keeps its sign: the last FMA adds +0 * -r = -0 to q = -0 (fma(fma(-q, d, x), r, q)
+      would add +0 and give +0; v13 and before paid a compare and select per value for it).
+    - d = inf (an inf in the slice): r = 0 and q = x * 0 is the answer (+-0, NaN for inf);
+      the residual is taken with 0 for d, so that inf * 0 does not make it NaN.
+    - Below TINY_DESCALE the residual may underflow (`fp8lab.kernels.fp8_rounding` says when), and
+      the tile divides exactly: a uniform branch, code rather than time."""
     if EXACT_DIV:
         return tl.math.div_rn(x, d)
-    q = x * r
-    # x = -0: q = -0 but the correction adds +0 and would return +0; keep q's sign there
-    return tl.where(q == 0.0, q, tl.fma(tl.fma(-q, d, x), r, q))
+    if exact:
+        y = tl.math.div_rn(x, d)
+    else:
+        q = x * r
+        d_res = tl.where(d == float("inf"), 0.0, d)
+        y = tl.fma(tl.fma(q, d_res, x * -1.0), r * -1.0, q)  # y * -1.0 is a true negation; Triton's -y is 0 - y
+    return y
 
 
 @triton.jit
@@ -155,7 +168,7 @@ def _scale_cast_kernel(X, Y, DESCALE, AMAX, CU, group, seqlen, stride_b, stride_
     if STATIC:  # vLLM's scaled_fp8_quant: multiply by the reciprocal
         y = x * r[None, :, None]
     else:
-        y = _divide(x, d[None, :, None], r[None, :, None], ROUND_IN_FP32)
+        y = _divide(x, d[None, :, None], r[None, :, None], tl.min(d, 0) < TINY_DESCALE, ROUND_IN_FP32)
     tl.store(Y + y_offs, _to_e4m3(y, ROUND_IN_FP32), mask=mask)
 
 
@@ -173,7 +186,7 @@ def _per_token_kernel(X, Y, DESCALE, CU, seqlen, stride_b, stride_s, stride_h,
     amax = tl.max(tl.abs(x), 2)  # (BLOCK_T, H_PAD)
     d = tl.where(amax > 0, tl.math.div_rn(amax, tl.full(amax.shape, 448.0, tl.float32)), 1.0)
     r = tl.math.div_rn(tl.full(d.shape, 1.0, tl.float32), d)  # one reciprocal per row
-    y = _divide(x, d[:, :, None], r[:, :, None], ROUND_IN_FP32)
+    y = _divide(x, d[:, :, None], r[:, :, None], tl.min(tl.min(d, 1), 0) < TINY_DESCALE, ROUND_IN_FP32)
     tl.store(Y + y_offs, _to_e4m3(y, ROUND_IN_FP32), mask=mask)
     tl.store(DESCALE + d_offs, d[:, :, None], mask=row_mask)
 
@@ -274,7 +287,8 @@ def _fused_kernel(X, Y, DESCALE, TABLE, CU, slices, lag, nblocks, n_kv, seqlen, 
         r = tl.math.div_rn(1.0, d)
         y_offs, _, _, _ = _slice_tile(s, i, n_kv, CU, seqlen, stride_yb, stride_ys, stride_yh,
                                       BLOCK_T, G_PAD, G, D_PAD, D, VARLEN)
-        tl.store(Y + y_offs, _to_e4m3(_divide(x.to(tl.float32), d, r, ROUND_IN_FP32), ROUND_IN_FP32), mask=mask)
+        y = _divide(x.to(tl.float32), d, r, d < TINY_DESCALE, ROUND_IN_FP32)
+        tl.store(Y + y_offs, _to_e4m3(y, ROUND_IN_FP32), mask=mask)
         if PER_TENSOR:
             if (i == 0) & (s == 0):
                 tl.store(DESCALE, d)
@@ -317,9 +331,10 @@ def _heads_kv(heads: int, heads_kv: int | None) -> int:
     return hk
 
 
-# schedule="auto" runs the on-chip kernel per head from this size of x up: where it was measured faster
-# (16, 32 and 128 MiB, v13); smaller inputs take two passes.
-AUTO_ONCHIP_BYTES = 16 << 20
+# schedule="auto" runs the on-chip kernel from this size of x up, wherever it can run: where it was
+# measured faster than two passes, per head at 4-128 MiB and per tensor at 8-24 MiB (v14); smaller
+# inputs take two passes.
+AUTO_ONCHIP_BYTES = 4 << 20
 
 # Values per program on a GPU (scripts/gpu_bench.py sweeps them; docs/kernel-notes.md v3):
 TILE_ELEMENTS = 8192  # static / per-head / per-tensor: 16 KB of bf16 per program
@@ -397,8 +412,8 @@ def quantize_fp8(
       "tensor" one amax; descale (batch, heads_kv) as a stride-0 expand of it.
       "token"  one descale per (token, head) row: shape x.shape[:-1] (not an FA3 layout).
     schedule ("head" and "tensor"; all give the same bits):
-      "auto"     per head "onchip" where it can run and x has at least AUTO_ONCHIP_BYTES (16 MiB:
-                 measured faster there, module doc), else "two-pass".
+      "auto"     "onchip" where it can run and x has at least AUTO_ONCHIP_BYTES (4 MiB: measured
+                 faster from there, module doc), else "two-pass".
       "onchip"   one launch that reads HBM once: each slice (per tensor: all of x) is held in
                  the SMs' shared memory until its amax is known (`quantize_onchip`; Hopper,
                  power-of-two head_dim <= 256, slices that fit: `onchip_plan` says why not;
@@ -430,9 +445,9 @@ def quantize_fp8(
                                     **sizes, VARLEN=varlen, ROUND_IN_FP32=round_p)
         return y, descale
     per_tensor = granularity == "tensor"
-    # "auto", as measured (module doc): on chip per head from AUTO_ONCHIP_BYTES; per tensor x only fits where L2 does
-    big_head = granularity == "head" and x.numel() * x.element_size() >= AUTO_ONCHIP_BYTES
-    if schedule == "onchip" or (schedule == "auto" and big_head):
+    # "auto", as measured (module doc): on chip from AUTO_ONCHIP_BYTES, where it can run
+    big = x.numel() * x.element_size() >= AUTO_ONCHIP_BYTES
+    if schedule == "onchip" or (schedule == "auto" and big):
         plan = ("x is empty" if not x.numel() else "it has no float32-rounding path (round_in_fp32)" if round_p
                 else onchip_plan(x, batch, seqlen, heads, d, hk, per_tensor, varlen))
         if isinstance(plan, OnchipPlan):
