@@ -120,7 +120,8 @@ for causal in (False, True):
 # Gluon kernel in 16 of them since v12 packed P into the MMA's own words and so made room for
 # FA3's tiles (notebook 08, section (k)); the Triton kernel is the faster one at head dim 64 with
 # 4k-token sequences. The margin is thin: in v12's three other grid runs one case or two fell
-# to 0.888-0.892 (`results/h200/bench_v12_grid_run*.json`), and FA3's own numbers move by up
+# to 0.888-0.892, in a fifth run of the same kernels none (lowest 0.905;
+# `results/h200/bench_v12_grid_run*.json`), and FA3's own numbers move by up
 # to ~8 % between runs, so a case within a few per cent of 0.9 is not settled by one grid. Both
 # vLLM's FP8 varlen path and FA3 bf16 are behind in every case. Select `record_version="v11"`,
 # `"v10"`, `"v5"` (0.75-0.92x) or `"v2"`: that one looks much worse because its timed calls

@@ -262,8 +262,9 @@ def knob_sweep(rows: list[dict], module, settings: list[dict], fn, useful_bytes:
 def quant(run: Run) -> None:
     """Quantization kernels: bitwise checks, then bandwidth against the device copy at 128, 32
     and 16 MiB (v7: the fused per-head / per-tensor schedule against two passes, and its knobs;
-    v13: the on-chip schedule, its bits against two passes, its fallback, and its knobs). v9's
-    resident schedule and its knobs were measured with this script at commit b1c3a16 (notes, v9)."""
+    v13: the on-chip schedule, its bits against two passes, its fallback, and its knobs; v14: its
+    bf16 pairs, its rounds of whole slices, and what its waiting costs). v9's resident schedule and
+    its knobs were measured with this script at commit b1c3a16 (notes, v9)."""
     import fp8lab.kernels.quantize as Qm
     import fp8lab.kernels.quantize_onchip as Om
     from fp8lab.formats import cast_to_fp8
