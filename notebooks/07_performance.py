@@ -199,7 +199,7 @@ exp2
 
 # %%
 quant = bench.records_frame(rdir, "quant")
-knobs = ["tile", "tile_words", "part_kib", "part_bytes", "fused_tile_elements"]  # knob sweeps' rows
+knobs = ["tile", "tile_words", "part_kib", "part_bytes", "fused_tile_elements", "_fresh_table"]  # knob sweeps' rows
 quant = quant.reindex(columns=[*quant.columns, *({"size", "frac_copy_graph", *knobs} - set(quant.columns))])
 quant["size"] = quant["size"].fillna("1x16384x32x128 (128 MiB)")  # v5 measured only this size
 quant["kernel"] = quant["kernel"].str.replace(" (2 passes)", " two-pass", regex=False)  # v5's names
@@ -207,7 +207,7 @@ graph = quant[quant["frac_copy_graph"].notna() & quant[knobs].isna().all(axis=1)
               & ~quant["kernel"].str.contains("tile=|copy", regex=True, na=True)]
 plots.plot_quant_bandwidth(graph[graph["size"].str.contains("128 MiB")])
 plt.show()
-graph[graph["version"].isin(["v13", "v14"])].pivot_table(index="kernel", columns=["size", "version"],
+graph[graph["version"].isin(["v14", "v15"])].pivot_table(index="kernel", columns=["size", "version"],
                                                          values="frac_copy_graph", sort=False)
 
 # %% [markdown]
@@ -226,7 +226,13 @@ graph[graph["version"].isin(["v13", "v14"])].pivot_table(index="kernel", columns
 #   read bf16 two values per instruction, dropped the select, and launched the programs in rounds
 #   of whole slices: 77 %, 1.51x two passes. Short of 85 % because the kernel is latency-bound
 #   at two warps per scheduler: with the waiting switched off it still stops at 80 %. Per tensor
-#   all of x must fit on chip (~25 MiB); there it now beats two passes.
+#   all of x must fit on chip (~25 MiB); there it now beats two passes. v15 split each program's
+#   work over warps, as FA3 does (from 64 MiB: a TMA warp, an amax warp, a warp that waits for
+#   the table, four warps that only cast), and stopped clearing the table of amaxes before each
+#   call (each launch tags its entries): a kernel launch less, 1.0-1.8 us, a tenth of the time at
+#   16-32 MiB. 79 % of copy at 128 MiB, 78 % at 32 MiB, 65-67 % with 4 query heads per kv head at
+#   128 MiB (v14's kernel: 59 %). The split did not lift the ceiling: with cast warps that do
+#   nothing else it stays at 79-81 %, about where v14's kernel without waiting stopped.
 # - `schedule="fused"` (v7): one launch whose cast items trail their amax items by a
 #   quarter of the L2, so the cast re-reads from L2. Nsight Compute measured its HBM
 #   traffic at 147 MB read for 134 MB of input (two passes: 268 MB), yet it reaches only
@@ -255,6 +261,35 @@ record("quant_frac_copy_graph_v14", {f"{r.kernel} {r.size[:14]}": round(r.frac_c
                                      for r in graph[graph["version"] == "v14"].itertuples()})
 sweep.pivot_table(index=onchip_knobs, columns="size", values="frac_copy_graph", sort=False,
                   aggfunc=lambda runs: [round(r, 2) for r in runs])
+
+# %% [markdown]
+# v15's run: the warp-specialized kernel (`ws`) at every size (`ws_from_bytes=0`) or at none
+# (`ws=False`: v14's kernel), its cast warps and programs per SM, v14's kernel as one program of
+# 8 warps with 64 KiB parts, and `_fresh_table` (a zeroed table per call, as v14 made; the same
+# bits) against the kept, tagged one. GQA4 rows quantize the same x with 4 query heads per kv head.
+# Each row ran once, the first two again at the end:
+
+# %%
+v15 = quant[(quant["version"] == "v15") & quant["part_bytes"].notna()].copy()
+ws_knobs = ["ws", "ws_from_mib", "warps", "ws_ctas_per_sm", "ws_buffers", "part_kib", "ctas_per_sm", "align",
+            "pairs", "vec", "_wait", "_fresh_table"]
+v15["ws_from_mib"], v15["part_kib"] = v15["ws_from_bytes"] // 2**20, v15["part_bytes"] // 1024
+v15[ws_knobs] = v15[ws_knobs].astype(int)
+record("quant_frac_copy_graph_v15", {f"{r.kernel} {r.size[:14]}": round(r.frac_copy_graph, 3)
+                                     for r in graph[graph["version"] == "v15"].itertuples()})
+v15.pivot_table(index=["kernel", *ws_knobs], columns="size", values="frac_copy_graph", sort=False,
+                aggfunc=lambda runs: [round(r, 2) for r in runs])
+
+# %% [markdown]
+# At 16 MiB, where the kernel is shortest, the kept table against a zeroed one per call, twice each.
+# This run's switch zeroed the table and its counter in two kernels, one more than v14 ran; a
+# later call with one (`results/h200/run12/call8`, three interleaved repeats) measured the kept
+# table 1.0-1.1 us faster at 16 MiB, 1.8 us at 32 MiB and 0.5 us at 128 MiB, the same bits:
+
+# %%
+fresh = quant[(quant["version"] == "v15") & quant["_fresh_table"].notna() & quant["part_bytes"].isna()]
+fresh.pivot_table(index="kernel", columns="_fresh_table", values="frac_copy_graph", sort=False,
+                  aggfunc=lambda runs: [round(r, 3) for r in runs])
 
 # %% [markdown]
 # And the fused kernel's (v7: tile size, warps, how far the casts trail):
@@ -308,8 +343,8 @@ else:
 #   inside its timed calls.
 # - Attention is compute-bound; at small head dims the exp2 unit, not the tensor cores, is the wall.
 # - Static-scale quantization runs at copy speed; per-head scales held on chip read x once
-#   (77 % of copy against 51 % for two passes; 71 % in v13), per-tensor scales still cost a
-#   second pass at 128 MiB (on chip where x fits, up to ~25 MiB).
+#   (79 % of copy against 51 % for two passes; 71 % in v13, 77 % in v14), per-tensor scales still
+#   cost a second pass at 128 MiB (on chip where x fits, up to ~25 MiB).
 # - vLLM's slow FP8 path at head dim 256 is its build, not the varlen entry: fa3-fwd's varlen is fast.
 #
 # ## Exercises

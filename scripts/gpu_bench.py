@@ -263,7 +263,8 @@ def quant(run: Run) -> None:
     """Quantization kernels: bitwise checks, then bandwidth against the device copy at 128, 32
     and 16 MiB (v7: the fused per-head / per-tensor schedule against two passes, and its knobs;
     v13: the on-chip schedule, its bits against two passes, its fallback, and its knobs; v14: its
-    bf16 pairs, its rounds of whole slices, and what its waiting costs). v9's resident schedule and
+    bf16 pairs, its rounds of whole slices, and what its waiting costs; v15: its warp-specialized
+    form, and 4 query heads per kv head). v9's resident schedule and
     its knobs were measured with this script at commit b1c3a16 (notes, v9)."""
     import fp8lab.kernels.quantize as Qm
     import fp8lab.kernels.quantize_onchip as Om
@@ -298,15 +299,17 @@ def quant(run: Run) -> None:
     onchip_same = []  # v13: the on-chip schedule, batched / varlen / GQA, per head / per tensor, and its fallback
     xl = torch.randn(2, 3000, 8, 128, device="cuda", generator=gen, dtype=torch.bfloat16)
     cul = torch.tensor([0, 700, 1900, 3000], dtype=torch.int32, device="cuda")
-    for spins in (None, 0):
+    onchip_ws_from = Om.WS_FROM_BYTES
+    for ws_from, spins in ((None, None), (None, 0), (0, None), (0, 0)):  # v15: the warp-specialized kernel too
         Om.SPINS = Om.SPINS if spins is None else spins
+        Om.WS_FROM_BYTES = Om.WS_FROM_BYTES if ws_from is None else ws_from
         for gran in ("head", "tensor"):
             for xx, kw in ((x, dict(heads_kv=4)), (xv, dict(cu_seqlens=cu)), (xl, {}), (xl, dict(heads_kv=2)),
                            (xl.reshape(6000, 8, 128)[:3000], dict(cu_seqlens=cul)),
                            (xl.reshape(6000, 8, 128)[:3000], dict(cu_seqlens=cul, heads_kv=2))):
                 two = quantize_fp8(xx, gran, schedule="two-pass", **kw)
                 onchip_same.append(all(same(quantize_fp8(xx, gran, schedule="onchip", **kw), two) for _ in range(10)))
-        Om.SPINS = onchip_spins
+        Om.SPINS, Om.WS_FROM_BYTES = onchip_spins, onchip_ws_from
     rows.append(dict(check="bitwise", head=bool(torch.equal(y.view(torch.uint8), ref.view(torch.uint8))),
                      head_descale=bool(torch.equal(d, am / c448)),
                      token=bool(torch.equal(yt.view(torch.uint8), reft.view(torch.uint8))),
@@ -333,6 +336,9 @@ def quant(run: Run) -> None:
             ("per-head onchip", lambda: quantize_fp8(x, "head", schedule="onchip")),
             ("per-head fused", lambda: quantize_fp8(x, "head", schedule="fused")),
             ("per-head two-pass", lambda: quantize_fp8(x, "head", schedule="two-pass")),
+            # v15: 4 query heads per kv head (Q for FA3's (batch, kv heads) descale), 4x larger slices
+            ("per-head GQA4 onchip", lambda: quantize_fp8(x, "head", heads_kv=heads // 4, schedule="onchip")),
+            ("per-head GQA4 two-pass", lambda: quantize_fp8(x, "head", heads_kv=heads // 4, schedule="two-pass")),
             ("per-tensor onchip", lambda: quantize_fp8(x, "tensor", schedule="onchip")),
             ("per-tensor fused", lambda: quantize_fp8(x, "tensor", schedule="fused")),
             ("per-tensor two-pass", lambda: quantize_fp8(x, "tensor", schedule="two-pass")),
@@ -346,20 +352,33 @@ def quant(run: Run) -> None:
             rows.append(dict(size=size, kernel=name, ms_graph=ms_g, useful_tbps_graph=bench.tbps(3 * n, ms_g),
                              frac_copy_graph=bench.tbps(3 * n, ms_g) / copy_bw))
             print(f"{size:<28} {name:<22} {ms_g * 1e3:7.1f} us  {rows[-1]['frac_copy_graph']:.2f} of copy", flush=True)
-        if heads == 4:
+        if heads == 4:  # v15: what a zeroed table per call (v14's way) costs where the kernel is shortest
+            fresh = [dict(_FRESH_TABLE=f) for f in (False, True, False, True)]
+            for gran in ("head", "tensor"):
+                knob_sweep(rows, Om, fresh, lambda: quantize_fp8(x, gran, schedule="onchip"), 3 * n, copy_bw,
+                           dict(size=size, kernel=f"per-{gran} onchip"))
             continue
         # the on-chip kernel's knobs, per head (v13: part bytes, buffers, lead, warps, programs per SM;
         # v14: bf16 as word pairs, values per thread, programs aligned to slices, and what waiting costs:
         # _WAIT 1 casts with the table as first read, 0 reads no table; wrong bits, timing only)
+        # v15: the warp-specialized kernel (WS) at every size (WS_FROM_BYTES=0) or none (WS=False), its programs
+        # per SM and buffers, v14's kernel with one program of 8 warps and 64 KiB parts per SM, and a zeroed
+        # table per call (_FRESH_TABLE, v14's way) against the tagged one kept across calls
         base = dict(PART_BYTES=32 << 10, BUFFERS=3, LEAD=1, WARPS=4, CTAS_PER_SM=2, PAIRS=True, VEC=8, ALIGN=True,
-                    _WAIT=2)
+                    _WAIT=2, WS=True, WS_FROM_BYTES=64 << 20, WS_CTAS_PER_SM=1, WS_BUFFERS=6, _FRESH_TABLE=False)
         onchip = [dict(base, **change) for change in (
-            {}, dict(ALIGN=False), dict(PAIRS=False), dict(VEC=16), dict(WARPS=8), dict(BUFFERS=2, CTAS_PER_SM=3),
-            dict(PART_BYTES=64 << 10, WARPS=8, CTAS_PER_SM=1), dict(PART_BYTES=64 << 10, WARPS=8, CTAS_PER_SM=1,
-                                                                     ALIGN=False),
-            dict(_WAIT=1), dict(_WAIT=0), {}, dict(ALIGN=False))]  # the first two again: run-to-run spread
+            {}, dict(WS=False), dict(WS_FROM_BYTES=0), dict(WS_FROM_BYTES=0, WARPS=8),
+            dict(WS_FROM_BYTES=0, WS_CTAS_PER_SM=2, WS_BUFFERS=3),
+            dict(WS=False, ALIGN=False), dict(WS=False, PAIRS=False), dict(WS=False, VEC=16),
+            dict(WS=False, PART_BYTES=64 << 10, WARPS=8, CTAS_PER_SM=1),
+            dict(WS=False, _WAIT=1), dict(WS=False, _WAIT=0), dict(_FRESH_TABLE=True),
+            dict(WS=False, _FRESH_TABLE=True), {}, dict(WS=False))]  # the first two again: spread
         knob_sweep(rows, Om, onchip, lambda: quantize_fp8(x, "head", schedule="onchip"), 3 * n, copy_bw,
                    dict(size=size, kernel="per-head onchip"))
+        gqa = [dict(base, **change) for change in ({}, dict(WS=False), dict(WS_FROM_BYTES=0),
+                                                   dict(WS=False, PART_BYTES=64 << 10, WARPS=8, CTAS_PER_SM=1))]
+        knob_sweep(rows, Om, gqa, lambda: quantize_fp8(x, "head", heads_kv=heads // 4, schedule="onchip"), 3 * n,
+                   copy_bw, dict(size=size, kernel="per-head GQA4 onchip"))
         if heads != 32:
             continue
         # the fused kernel's knobs, per head and per tensor at 128 MiB (v7)

@@ -3,8 +3,10 @@ bit for bit against fp8lab.formats (the float64 reference)."""
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -50,17 +52,22 @@ def inputs(gen: torch.Generator, *shape: int, dtype=torch.bfloat16) -> torch.Ten
     return x.to(dtype).to(DEV)
 
 
-@pytest.fixture(params=["fused", "two-pass", "fused-lag-1", "fused-reversed", "onchip", "onchip-fallback"])
+@pytest.fixture(params=["fused", "two-pass", "fused-lag-1", "fused-reversed", "onchip", "onchip-fallback",
+                        "onchip-ws", "onchip-ws-fallback"])
 def schedule(request, monkeypatch) -> str:
     """The per-head/per-tensor schedules. "fused-lag-1": the fused kernel casts each slice one
     slice after its amax, so amax and cast items interleave. "fused-reversed": its items run last
     to first, so every cast finds its amax items not run and takes the fallback. "onchip-fallback":
-    the on-chip kernel does not wait for the table; every program reads its slice's amax from x."""
+    the on-chip kernel does not wait for the table; every program reads its slice's amax from x.
+    "onchip-ws": per head, the warp-specialized on-chip kernel at any size (it runs from
+    WS_FROM_BYTES otherwise)."""
     if request.param == "fused-lag-1":
         monkeypatch.setattr(Q, "FUSED_LAG_BYTES", 1)
     if request.param == "fused-reversed":
         monkeypatch.setattr(Q, "_FUSED_REVERSED", True)
-    if request.param == "onchip-fallback":
+    if request.param.startswith("onchip-ws"):
+        monkeypatch.setattr(O, "WS_FROM_BYTES", 0)
+    if request.param.endswith("fallback") and request.param.startswith("onchip"):
         monkeypatch.setattr(O, "SPINS", 0)
     name = request.param.split("-")[0] if request.param.startswith(("fused", "onchip")) else request.param
     skip_unless_runs(name)
@@ -294,14 +301,18 @@ def test_fused_waits_hold_on_gpu(granularity, lag_bytes, reversed_, monkeypatch)
 @pytest.mark.gpu
 @pytest.mark.parametrize("granularity", ["head", "tensor"])
 @pytest.mark.parametrize("spins", [None, 0])
-def test_onchip_waits_hold_on_gpu(granularity, spins, monkeypatch):
+@pytest.mark.parametrize("ws", [False, True])
+def test_onchip_waits_hold_on_gpu(granularity, spins, ws, monkeypatch):
     """Parts dealt over every program in rounds (per head, heads_kv=4: 376 parts of 64 tokens x 2
-    heads for 264 programs on an H200), or one round holding all of x (per tensor), batched and
-    varlen with ragged sequences: every call must give two passes' bits (a race would give a stale
-    descale, sometimes). spins=0: every program takes the fallback."""
+    heads for 264 programs on an H200; ws: for 132 programs, each part handed from warp to warp), or
+    one round holding all of x (per tensor), batched and varlen with ragged sequences: every call
+    must give two passes' bits (a race would give a stale descale, sometimes). spins=0: every
+    program takes the fallback."""
     skip_unless_runs("onchip")
     if spins is not None:
         monkeypatch.setattr(O, "SPINS", spins)
+    if ws:
+        monkeypatch.setattr(O, "WS_FROM_BYTES", 0)
     gen = torch.Generator().manual_seed(8)
     x = inputs(gen, 2, 3000, 8, 128)
     cu = torch.tensor([0, 700, 1900, 3000], dtype=torch.int32, device=DEV)
@@ -312,17 +323,53 @@ def test_onchip_waits_hold_on_gpu(granularity, spins, monkeypatch):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("granularity", ["head", "tensor"])
-def test_onchip_tiny_and_ragged_shapes(granularity):
+@pytest.mark.parametrize("ws", [False, True])
+def test_onchip_tiny_and_ragged_shapes(granularity, ws, monkeypatch):
     """schedule="onchip" must also take the smallest inputs: one token, one-token sequences in a
     varlen batch, a head_dim of 16, fp32, boxes of a few tokens (at least 128 bytes each: a 64-byte
     box crashed this test per tensor before the fix; not re-run on the GPU since, notes v13)."""
     skip_unless_runs("onchip")
+    if ws:
+        monkeypatch.setattr(O, "WS_FROM_BYTES", 0)
     gen = torch.Generator().manual_seed(9)
     cu = torch.tensor([0, 1, 1, 4], dtype=torch.int32, device=DEV)
     cases = [(inputs(gen, 1, 1, 1, 16), {}), (inputs(gen, 2, 3, 4, 32), dict(heads_kv=2)),
              (inputs(gen, 4, 2, 64), dict(cu_seqlens=cu)), (inputs(gen, 1, 5, 2, 64, dtype=torch.float32), {})]
     for x, args in cases:
         assert_same_bits_as_two_pass(x, granularity, "onchip", **args)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("ws", [False, True])
+def test_onchip_table_outlives_launches_and_graph_replays(ws, monkeypatch):
+    """v15 never clears the table of part amaxes: each launch tags its entries. Launches of other
+    sizes and values in between, and replays of a captured CUDA graph whose input changes between
+    replays, must each give two passes' bits (an entry read across launches would give a stale
+    descale)."""
+    skip_unless_runs("onchip")
+    if ws:
+        monkeypatch.setattr(O, "WS_FROM_BYTES", 0)
+    gen = torch.Generator().manual_seed(12)
+    big, small = inputs(gen, 2, 3000, 8, 128), inputs(gen, 1, 700, 4, 64)
+    for x, args in [(big, dict(heads_kv=4)), (small, {}), (big * 0.01, dict(heads_kv=4)), (small * 300, {}),
+                    (big, {})]:
+        for granularity in ("head", "tensor"):
+            assert_same_bits_as_two_pass(x, granularity, "onchip", 2, **args)
+    x = big.clone()
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        quantize_fp8(x, "head", heads_kv=4, schedule="onchip")  # compiled before the capture
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=stream):
+            y, d = quantize_fp8(x, "head", heads_kv=4, schedule="onchip")
+    torch.cuda.current_stream().wait_stream(stream)
+    for scale in (1.0, 1e-3, 50.0, 1.0):
+        x.copy_(big * scale)
+        graph.replay()
+        torch.cuda.synchronize()
+        y2, d2 = quantize_fp8(x, "head", heads_kv=4, schedule="two-pass")
+        assert torch.equal(d, d2) and torch.equal(bits(y), bits(y2)), scale
 
 
 def meta(*shape: int, dtype=torch.bfloat16) -> torch.Tensor:
@@ -334,21 +381,25 @@ def test_onchip_plan_holds_what_fits_and_says_what_does_not():
     """Planned for an H200's 132 SMs: per head a (sequence, kv head) slice must fit in the SMs'
     shared memory (at most (lead + 1) parts per program at a time), per tensor all of x; per head
     the programs are a multiple of a slice's parts where that idles at most 1/16 of them."""
-    plan = O.onchip_plan(meta(1, 16384, 32, 128), 1, 16384, 32, 128, 32, False, False, sms=132)
-    assert isinstance(plan, O.OnchipPlan)
-    rows = O.PART_BYTES // (128 * 2)  # one part: PART_BYTES of one head's tokens
-    assert (plan.part_rows, plan.parts, plan.items) == (rows, 16384 // rows, 32 * 16384 // rows)
-    programs = 132 * O.CTAS_PER_SM
-    aligned = programs // plan.parts * plan.parts  # ALIGN: each round of parts covers whole slices (v14)
-    assert plan.grid == (aligned if O.ALIGN and aligned * 16 >= programs * 15 else programs), plan
-    assert plan.lead < plan.buffers
-    assert plan.parts <= plan.grid * (plan.lead + 1)  # a slice's parts are held at once (module doc)
-    assert plan.smem_bytes(2) * O.CTAS_PER_SM == O.CTAS_PER_SM * O.BUFFERS * O.PART_BYTES <= O.SMEM_BYTES
+    for heads, ws in ((32, O.WS), (8, False)):  # 128 MiB: warp-specialized from WS_FROM_BYTES (v15); 32 MiB
+        plan = O.onchip_plan(meta(1, 16384, heads, 128), 1, 16384, heads, 128, heads, False, False, sms=132)
+        assert isinstance(plan, O.OnchipPlan) and plan.ws == ws
+        rows = O.PART_BYTES // (128 * 2)  # one part: PART_BYTES of one head's tokens
+        assert (plan.part_rows, plan.parts, plan.items) == (rows, 16384 // rows, heads * 16384 // rows)
+        ctas, buffers = (O.WS_CTAS_PER_SM, O.WS_BUFFERS) if ws else (O.CTAS_PER_SM, O.BUFFERS)
+        programs = 132 * ctas
+        aligned = programs // plan.parts * plan.parts  # ALIGN: each round of parts covers whole slices (v14)
+        assert plan.grid == (aligned if O.ALIGN and aligned * 16 >= programs * 15 else programs), plan
+        assert plan.lead < plan.buffers == buffers and plan.lead == (buffers - 1 if ws else O.LEAD)
+        assert plan.parts <= plan.grid * (plan.lead + 1)  # a slice's parts are held at once (module doc)
+        assert plan.smem_bytes(2) == buffers * O.PART_BYTES and ctas * plan.smem_bytes(2) <= O.SMEM_BYTES
+        threads = 128 * -(-(plan.warps + 3) // 4) if ws else 32 * plan.warps  # WS: whole warpgroups
+        assert plan.maxnreg * threads * ctas <= 65536  # every program resident
     gqa = O.onchip_plan(meta(2, 1000, 8, 64), 2, 1000, 8, 64, 2, False, False, sms=132)  # 4 query heads per part
     assert isinstance(gqa, O.OnchipPlan) and gqa.group == 4 and gqa.part_rows * 4 * 64 * 2 <= O.PART_BYTES
     assert gqa.parts == -(-1000 // gqa.part_rows) and gqa.items == 2 * 2 * gqa.parts
     for seqlen, parts, grid in ((12800, 100, 264), (8448, 66, 264)):  # 200 of 264 would idle too many
-        odd = O.onchip_plan(meta(1, seqlen, 32, 128), 1, seqlen, 32, 128, 32, False, False, sms=132)
+        odd = O.onchip_plan(meta(1, seqlen, 8, 128), 1, seqlen, 8, 128, 8, False, False, sms=132)
         assert (odd.parts, odd.grid) == (parts, grid)
     for x, args in [(meta(1, 1, 1, 16), (1, 1, 1, 16, 1)), (meta(2, 3, 4, 32), (2, 3, 4, 32, 2))]:
         for per_tensor in (False, True):  # tiny inputs: TMA boxes still fill 128-byte multiples
@@ -402,34 +453,57 @@ def test_onchip_says_why_it_cannot_run_here():
     assert torch.equal(bits(y), bits(quantize_fp8(x, "head", schedule="two-pass")[0]))
 
 
+def selects_in(ptx: str, fn) -> int:
+    """How many selp.f32 of `ptx` its line info places in `fn`'s source lines (inlined or not)."""
+    lines, first = inspect.getsourcelines(fn)
+    path = os.path.basename(inspect.getsourcefile(fn))
+    files = {m.group(1): m.group(2) for m in re.finditer(r'^\s*\.file\s+(\d+)\s+"([^"]+)"', ptx, re.M)}
+    here, count = False, 0
+    for line in ptx.splitlines():
+        loc = re.match(r"\s*\.loc\s+(\d+)\s+(\d+)", line)
+        if loc:
+            here = (os.path.basename(files.get(loc.group(1), "")) == path
+                    and first <= int(loc.group(2)) < first + len(lines))
+        count += here and "selp.f32" in line
+    return count
+
+
 COMPILE = """
 import json, sys
 from fp8lab.kernels import quantize_onchip as O
-k = O.compile_onchip_sm90(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3] == "1", sys.argv[4], int(sys.argv[5]))
+k = O.compile_onchip_sm90(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3] == "1", sys.argv[4], int(sys.argv[5]),
+                          int(sys.argv[6]))
 print(json.dumps(dict(ptx=k.asm["ptx"], shared=k.metadata.shared)))
 """
 
 
 @pytest.mark.skipif(not O.HAVE_GLUON, reason="this triton has no Gluon")
-@pytest.mark.parametrize("head_dim,group,per_tensor,dtype,seqlen", [(128, 1, False, "bf16", 16384),
-                                                                     (64, 4, False, "fp16", 2048),
-                                                                     (128, 1, True, "bf16", 16384)])
-def test_onchip_sm90_compile_reads_once_and_stores_wide(head_dim, group, per_tensor, dtype, seqlen):
+@pytest.mark.parametrize("head_dim,group,per_tensor,dtype,seqlen,heads_kv", [(128, 1, False, "bf16", 16384, 1),
+                                                                              (64, 4, False, "fp16", 2048, 1),
+                                                                              (128, 1, True, "bf16", 16384, 1),
+                                                                              (128, 4, False, "bf16", 16384, 8)])
+def test_onchip_sm90_compile_reads_once_and_stores_wide(head_dim, group, per_tensor, dtype, seqlen, heads_kv):
     """The sm_90 build (no GPU needed): parts arrive by TMA into shared memory, which holds every
-    buffer; the cast stores `vec` e4m3 per thread and instruction, with the hardware's saturating cvt."""
+    buffer; the cast stores `vec` e4m3 per thread and instruction, with the hardware's saturating cvt.
+    From 64 MiB per head (the last case, 128 MiB) the warp-specialized build: its cast warps sync
+    among themselves only (a named barrier of their 128 threads), and registers move to them."""
     env = {key: val for key, val in os.environ.items() if key != "TRITON_INTERPRET"}  # Gluon has no interpreter
-    args = [str(head_dim), str(group), str(int(per_tensor)), dtype, str(seqlen)]
+    args = [str(head_dim), str(group), str(int(per_tensor)), dtype, str(seqlen), str(heads_kv)]
     done = subprocess.run([sys.executable, "-c", COMPILE, *args], env=env,
                           capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert done.returncode == 0, done.stderr[-3000:]
     k = json.loads(done.stdout.strip().splitlines()[-1])
     ptx = k["ptx"]
     assert "cp.async.bulk.tensor" in ptx and "mbarrier.try_wait" in ptx
-    plan = O.onchip_plan(meta(1, seqlen, group, head_dim, dtype={"bf16": torch.bfloat16, "fp16": torch.float16}[dtype]),
-                         1, seqlen, group, head_dim, 1, per_tensor, False, sms=O.SM90_SMS)
+    plan = O.onchip_plan(meta(1, seqlen, group * heads_kv, head_dim,
+                              dtype={"bf16": torch.bfloat16, "fp16": torch.float16}[dtype]),
+                         1, seqlen, group * heads_kv, head_dim, heads_kv, per_tensor, False, sms=O.SM90_SMS)
+    assert plan.ws == (O.WS and heads_kv == 8)
     assert plan.smem_bytes(2) <= k["shared"] <= plan.smem_bytes(2) + 4096 <= 227 << 10
     assert f"st.global.v{plan.vec // 4}.b32" in ptx and "cvt.rn.satfinite.e4m3x2.f32" in ptx  # vec e4m3 per store
     # bf16: two values per max (v14); the division: two fma per value and no compare and select (v13 had one)
     assert plan.pairs == (dtype == "bf16") and ("max.xorsign.abs.bf16x2" in ptx) == plan.pairs
     assert ptx.count("fma.rn.f32") >= 2 * 8
-    assert not plan.pairs or ptx.count("selp.f32") < 64  # v13: one per value, 128 per part
+    assert not selects_in(ptx, O._divide.fn) and not selects_in(ptx, O._cast_part.fn)  # v13: one per value
+    if plan.ws:  # one CTA-wide barrier (bar.sync 0 of all threads) would stall every partition
+        assert "bar.sync \t0, 128;" in ptx and "bar.sync \t0;" not in ptx and "setmaxnreg.dec" in ptx

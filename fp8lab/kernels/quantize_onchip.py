@@ -10,12 +10,19 @@ idles at most 1/16 of them, so that each round of parts covers whole slices), an
 
 1. TMA copies part k + buffers - 1 into the buffer part k - 1 has left (loads run ahead).
 2. The amax of part k + lead, read from shared memory, goes into a table: one int64 per part,
-   ``1 << 32 | amax bits`` (flag and value in one word, so no fence orders them). Published a
-   part ahead of its cast, a slice's entries are usually all there when its parts are cast.
-   bf16 is read as int32 words of two values and reduced two at a time (``max.xorsign.abs.bf16x2``).
+   ``tag << 32 | amax bits`` (tag and value in one word, so no fence orders them; the tag is the
+   launch's, so the table, kept per stream, is never cleared: v15). Published a part ahead of
+   its cast, a slice's entries are usually all there when its parts are cast. bf16 is read as
+   int32 words of two values and reduced two at a time (``max.xorsign.abs.bf16x2``).
 3. Part k waits until every part of its slice has an entry (per tensor: every part of x).
 4. descale = amax / 448; part k is cast from shared memory, two values per cvt, and stored. HBM
    saw x once.
+
+Per head from WS_FROM_BYTES (64 MiB) of x, the same steps run warp-specialized (v15, one program
+per SM with 6 buffers): a loader warp issues the TMA copies, an amax warp publishes each part as
+it lands (up to 5 parts ahead of its cast), a waiter warp watches the table and hands each part's
+descale to 4 cast warps, which only cast and store; mbarriers link them per buffer, and the cast
+warps meet no CTA-wide barrier.
 
 A slice may have at most (lead + 1) x programs parts, so that the parts a program waits for are
 held by programs with nothing unpublished before them: no deadlock, as long as every program is
@@ -30,14 +37,16 @@ zero amax), x / descale by Markstein's two-FMA correction of x * (1 / descale), 
 +-448 with NaN kept (sm_90's ``cvt.rn.satfinite``, which the Triton kernels' clamp reproduces),
 round to nearest even.
 
-Measured on the H200 (docs/kernel-notes.md v13 and v14, `results/h200/bench_v14_quant.*`;
-CUDA-graph replays against a copy of the same bf16 tensor): per head 0.77 of copy at 128 MiB (two
-passes 0.51, v7's fused schedule 0.54; v13 0.71), 0.73 at 32 MiB (0.61), 0.50 at 16 MiB (0.40).
-Nsight Compute counts 134 MB of HBM reads for 134 MB of x. The 85 % target is not reached: with no
-waiting for other programs at all the kernel stops at 0.80, latency-bound at two warps per
-scheduler (v14). Per tensor, x must fit on chip whole (up to ~25 MiB); there it beats two passes
-(0.49 against 0.40 at 16 MiB, 1.07-1.34x from 8 to 24 MiB). `quantize_fp8(schedule="auto")` uses
-this kernel wherever it can run on an x of 4 MiB or more (faster at every size measured, v14).
+Measured on the H200 (docs/kernel-notes.md v13-v15, `results/h200/bench_v15_quant.*`; CUDA-graph
+replays against a copy of the same bf16 tensor; in brackets v14's kernel with its zeroed table per
+call, in the same run): per head 0.79 of copy at 128 MiB (0.76; two passes 0.51), 0.79 at 32 MiB
+(0.67; two passes 0.59), 0.49 at 16 MiB (0.40); with 4 query heads per kv head 0.67 at 128 MiB
+(v14's kernel 0.59 with the kept table; two passes 0.47). Nsight Compute counts 134 MB of HBM reads
+for 134 MB of x (v13). The 85 % target is not reached: at 128 MiB, v14's kernel with no waiting
+for other programs at all stops at 0.77-0.80 (v14's and v15's runs), and the warp-specialized
+form, whose cast warps only cast, measures 0.79-0.81 (v15). Per tensor, x must fit on chip whole (up to ~25 MiB); there
+it beats two passes (0.50 against 0.39 at 16 MiB, v15). `quantize_fp8(schedule="auto")` uses this
+kernel wherever it can run on an x of 4 MiB or more (faster at every size measured, v14).
 
 Boxes of a part are whole multiples of 128 bytes: TMA writes shared memory at 128-byte aligned
 addresses, and a 64-byte box (per tensor, one token of 32 bf16 values) crashed v13's last GPU run
@@ -46,8 +55,8 @@ with a misaligned address; the tiny-shape test that found it passes since (v14).
 It needs what TMA needs: an sm_90 GPU, x readable as rows of (heads x head_dim) with 16-byte
 aligned rows, a power-of-two head_dim of at most 256, and slices (per tensor: all of x) that the
 SMs' shared memory can hold: (lead + 1) x 2 x 132 parts of 32 KiB, 16.5 MiB per slice on an H200
-(at 16k tokens and head_dim 128, up to 4 query heads per kv head). `onchip_plan` says which of
-these a tensor misses.
+(at 16k tokens and head_dim 128, up to 4 query heads per kv head); warp-specialized 6 x 132
+parts, 24.75 MiB. `onchip_plan` says which of these a tensor misses.
 """
 
 from __future__ import annotations
@@ -88,11 +97,21 @@ CTAS_PER_SM = 2  # programs resident per SM (per head), each with BUFFERS parts
 VEC = 8  # values of a row per thread and shared-memory load
 PAIRS = True  # bf16: two values per instruction where Triton would widen each (v14)
 ALIGN = True  # per head: programs in a multiple of a slice's parts where that idles at most 1/16 of them (v14)
+# per head from WS_FROM_BYTES of x: WARPS cast warps fed by three one-warp partitions (TMA loads, amaxes,
+# table waits), WS_CTAS_PER_SM programs per SM with WS_BUFFERS parts each (v15: 0.65 of copy against 0.54 at
+# 128 MiB with 4 query heads per kv head, 0.78 against 0.77 without; slower below 64 MiB)
+WS = True
+WS_FROM_BYTES = 64 << 20
+WS_CTAS_PER_SM = 1
+WS_BUFFERS = 6
+WS_WORKER_REGS = 128  # registers per thread of each one-warp partition (setmaxnreg; 80 spilled a few)
 TENSOR_WARPS = 8  # per tensor (one program per SM): at 16 MiB 0.36-0.38 of copy with 8, 0.24 with 4 (v13); 0.49 (v14)
 SPINS = 4000
 # the bench's measure of what waiting for a slice's amax costs, never set otherwise: 2 waits (right bits);
 # 1 reads the table once and casts with whatever is there; 0 reads no table (descale 1); wrong bits
 _WAIT = 2
+_FRESH_TABLE = False  # the bench's: a new zeroed table per call, as v14 made (the same bits, one kernel more;
+# v15's recorded run zeroed the counter in a second kernel, run12/call8 in the same one)
 SMEM_BYTES = 192 << 10  # of the H100/H200's 227 KB per block, leaving room for the reductions' scratch
 SCRATCH_BYTES = 2 << 10  # shared memory per program besides its buffers (barriers, reductions)
 SM90_SMEM_PER_SM = 228 << 10
@@ -118,6 +137,7 @@ class OnchipPlan:
     vec: int
     maxnreg: int
     pairs: bool = False  # bf16 x read as int32 words of two values, y written two e4m3 at a time
+    ws: bool = False  # warp-specialized (v15): `warps` cast warps and three one-warp partitions
 
     @property
     def part_rows(self) -> int:
@@ -125,11 +145,20 @@ class OnchipPlan:
 
     @property
     def sub_rows(self) -> int:
-        """Rows of a part read into registers at a time: 16 values per thread."""
-        return max(1, min(self.box_rows, 16 * 32 * self.warps // self.head_dim))
+        """Rows of a part read into registers at a time (by `warps` warps): 16 values per thread."""
+        return _sub_rows(self.box_rows, self.head_dim, self.warps)
+
+    @property
+    def sub_rows_one(self) -> int:
+        """The same for one warp (`ws`: the amax and waiter partitions)."""
+        return _sub_rows(self.box_rows, self.head_dim, 1)
 
     def smem_bytes(self, element_size: int) -> int:
         return self.buffers * self.part_rows * self.group * self.head_dim * element_size
+
+
+def _sub_rows(box_rows: int, head_dim: int, warps: int) -> int:
+    return max(1, min(box_rows, 16 * 32 * warps // head_dim))
 
 
 def _pow2_floor(n: int) -> int:
@@ -163,15 +192,16 @@ def onchip_plan(x: torch.Tensor, batch: int, seqlen: int, heads: int, head_dim: 
     row_bytes = group * head_dim * es
     slices = batch * heads_kv
     longest = max(seqlen, 1)
-    if not per_tensor:
-        sms *= CTAS_PER_SM
+    ws = WS and not per_tensor and x.numel() * es >= WS_FROM_BYTES
+    ctas = 1 if per_tensor else WS_CTAS_PER_SM if ws else CTAS_PER_SM
+    sms *= ctas
     if per_tensor:  # one round: all of x on chip at once, in parts spread over as many SMs as there are
         if slices > sms:
             return f"x has {slices} (sequence, kv head) slices, more than the {sms} SMs"
         buffers, budget = 1, SMEM_BYTES
         part_rows = triton.cdiv(longest, sms // slices)
     else:
-        buffers, budget = BUFFERS, PART_BYTES
+        buffers, budget = WS_BUFFERS if ws else BUFFERS, PART_BYTES
         part_rows = budget // row_bytes
     if row_bytes > budget:
         return f"one token's {group} heads ({row_bytes} bytes) exceed a part ({budget} bytes)"
@@ -182,7 +212,8 @@ def onchip_plan(x: torch.Tensor, batch: int, seqlen: int, heads: int, head_dim: 
                     triton.cdiv(longest, box_rows))
     part_rows = box_rows * row_boxes
     parts = triton.cdiv(longest, part_rows)
-    lead = 0 if per_tensor else min(LEAD, buffers - 1)
+    # how many parts ahead of its cast a program's amaxes can be published (WS: every loaded buffer)
+    lead = 0 if per_tensor else buffers - 1 if ws else min(LEAD, buffers - 1)
     held = sms * (lead + 1)  # parts of one wait set the programs can hold (module doc)
     need = slices * parts if per_tensor else parts
     if part_rows * row_bytes > budget or need > held:
@@ -190,7 +221,6 @@ def onchip_plan(x: torch.Tensor, batch: int, seqlen: int, heads: int, head_dim: 
                                                                              longest * row_bytes)
         return (f"{what} ({size >> 10} KiB) does not fit in the SMs' shared memory: {sms} programs hold "
                 f"{held} parts of at most {budget >> 10} KiB at once")
-    ctas = 1 if per_tensor else CTAS_PER_SM
     if ctas * (buffers * part_rows * row_bytes + SCRATCH_BYTES) > SM90_SMEM_PER_SM:
         return (f"{ctas} programs per SM with {buffers} parts of {part_rows * row_bytes >> 10} KiB exceed an SM's "
                 f"{SM90_SMEM_PER_SM >> 10} KiB of shared memory")
@@ -200,10 +230,12 @@ def onchip_plan(x: torch.Tensor, batch: int, seqlen: int, heads: int, head_dim: 
     if ALIGN and not per_tensor and grid // parts * parts * 16 >= grid * 15:
         grid = grid // parts * parts  # each round of parts then covers whole slices: fewer programs wait across rounds
     pairs = PAIRS and x.dtype == torch.bfloat16
+    # WS: three one-warp partitions besides the cast warps, launched as whole warpgroups (setmaxnreg)
+    threads = 128 * triton.cdiv(warps + 3, 4) if ws else 32 * warps
     return OnchipPlan(box_rows=box_rows, row_boxes=row_boxes, group=group, head_dim=head_dim, parts=parts,
                       items=items, grid=grid, buffers=buffers, lead=lead, warps=warps,
-                      vec=min(VEC, head_dim), maxnreg=min(255, 65536 // (ctas * warps * 32)) // 8 * 8,
-                      pairs=pairs)
+                      vec=min(VEC, head_dim), maxnreg=min(255, 65536 // (ctas * threads)) // 8 * 8,
+                      pairs=pairs, ws=ws)
 
 
 if HAVE_GLUON:
@@ -362,10 +394,12 @@ if HAVE_GLUON:
                     gl.store(Y + offs, q, mask=gl.expand_dims(row < left, 1))
 
     @gluon.jit
-    def _publish(bufs, bars, TABLE, k, pid, grid, geo, layout: gl.constexpr, BOX_ROWS: gl.constexpr,
+    def _publish(bufs, bars, tab, k, pid, grid, geo, layout: gl.constexpr, BOX_ROWS: gl.constexpr,
                  ROW_BOXES: gl.constexpr, G: gl.constexpr, D: gl.constexpr, BUFFERS: gl.constexpr,
                  SUB: gl.constexpr, VARLEN: gl.constexpr, PAIRS: gl.constexpr, W: gl.constexpr):
-        """Wait for this program's k-th part to land, and write its TABLE entry."""
+        """Wait for this program's k-th part to land, and write its entry in the table (tab: the
+        table and this launch's tag, `_launch_tag`)."""
+        TABLE, tag = tab
         buf = k % BUFFERS
         item = pid + k * grid
         _, _, _, _, _, left = _part(item, geo, BOX_ROWS * ROW_BOXES, VARLEN)
@@ -374,25 +408,40 @@ if HAVE_GLUON:
             a = _part_amax(bufs, buf, left, layout, BOX_ROWS, ROW_BOXES, G, D, SUB, False, PAIRS, W)
         else:
             a = _part_amax(bufs, buf, left, layout, BOX_ROWS, ROW_BOXES, G, D, SUB, True, PAIRS, W)
-        gl.store(TABLE + item, (1 << 32) | a.to(gl.int32, bitcast=True).to(gl.int64))
+        gl.store(TABLE + item, (tag << 32) | a.to(gl.int32, bitcast=True).to(gl.int64))
 
     @gluon.jit
-    def _table_load(TABLE, first, n, CHUNK: gl.constexpr, NUM_WARPS: gl.constexpr):
-        """The first CHUNK entries of TABLE[first:first+n], read past L1 (an unset entry reads 0)."""
-        offs = gl.arange(0, CHUNK, layout=gl.BlockedLayout([1], [32], [NUM_WARPS], [0]))
-        return gl.load(TABLE + first + offs, mask=offs < n, other=1 << 32, volatile=True)
+    def _table_load(tab, first, n, CHUNK: gl.constexpr, NUM_WARPS: gl.constexpr):
+        """The first CHUNK entries of the table's [first, first + n), read past L1, as amax bits, or
+        1 << 40 for an entry this launch has not set (another tag; the table is not cleared between
+        launches); CHUNK / (32 x NUM_WARPS) entries per thread."""
+        TABLE, tag = tab
+        offs = gl.arange(0, CHUNK, layout=gl.BlockedLayout([CHUNK // (32 * NUM_WARPS)], [32], [NUM_WARPS], [0]))
+        e = gl.load(TABLE + first + offs, mask=offs < n, other=0, volatile=True)
+        return gl.where(offs < n, gl.where((e >> 32) == tag, e & 0xFFFFFFFF, 1 << 40), 0)
 
     @gluon.jit
-    def _table_amax(e, TABLE, first, n, CHUNK: gl.constexpr, NUM_WARPS: gl.constexpr):
-        """(every entry of TABLE[first:first+n] is set, the max of their amaxes); e: the first CHUNK
-        entries, as `_table_load` read them. One reduction: an unset entry (0) counts as 1 << 40,
-        above every set one (1 << 32 | amax bits, which order as the amaxes do)."""
-        top = gl.where(e == 0, 1 << 40, e)
+    def _table_amax(e, tab, first, n, CHUNK: gl.constexpr, NUM_WARPS: gl.constexpr):
+        """(every entry of the table's [first, first + n) is set, the max of their amaxes); e: the
+        first CHUNK entries, as `_table_load` read them. One reduction: an unset entry counts as
+        1 << 40, above every amax's bits (which order as the amaxes do)."""
+        top = e
         for c in range(CHUNK, n, CHUNK):
-            e = _table_load(TABLE, first + c, n - c, CHUNK, NUM_WARPS)
-            top = gl.maximum(top, gl.where(e == 0, 1 << 40, e))
+            top = gl.maximum(top, _table_load(tab, first + c, n - c, CHUNK, NUM_WARPS))
         top = gl.max(top, 0)
-        return (top >> 32) == 1, (top & 0xFFFFFFFF).to(gl.int32).to(gl.float32, bitcast=True)
+        return top < (1 << 40), top.to(gl.int32).to(gl.float32, bitcast=True)
+
+    @gluon.jit
+    def _launch_tag(TICKET, pid, grid):
+        """This launch's tag for its table entries, from a counter every launch on the stream raises
+        by exactly 2^16 (program 0 by 2^16 - grid + 1, the others by 1; grid < 2^16), so every program
+        of a launch reads a value in the same [k 2^16, (k + 1) 2^16) whatever their order: tag k + 1,
+        never 0 (a new table's zeros). Entries of earlier launches carry other tags, so the table is
+        never cleared: no kernel before this one, and safe under CUDA graphs (each replay raises the
+        counter again). One atomic per program, its latency under the first TMA loads'."""
+        inc = gl.where(pid == 0, 65536 - grid + 1, 1).to(gl.int64)
+        old = gl.atomic_add(TICKET, inc)
+        return ((old >> 16) & 0x7FFFFFFF) + 1
 
     @gluon.jit
     def _x_amax(X, stride_xr, s0, s1, geo, PART_ROWS: gl.constexpr, SUB: gl.constexpr, G: gl.constexpr,
@@ -415,7 +464,7 @@ if HAVE_GLUON:
         return m
 
     @gluon.jit
-    def _onchip_kernel(x_desc, X, Y, DESCALE, TABLE, CU, stride_xr, stride_yr, stride_db, stride_dh,
+    def _onchip_kernel(x_desc, X, Y, DESCALE, TABLE, TICKET, CU, stride_xr, stride_yr, stride_db, stride_dh,
                        items, parts, n_kv, slices, seqlen, spins,
                        BOX_ROWS: gl.constexpr, ROW_BOXES: gl.constexpr, G: gl.constexpr, D: gl.constexpr,
                        BUFFERS: gl.constexpr, LEAD: gl.constexpr, SUB: gl.constexpr, VARLEN: gl.constexpr,
@@ -448,9 +497,10 @@ if HAVE_GLUON:
         for k in gl.static_range(BUFFERS):
             if k < mine:
                 _issue(x_desc, bufs, bars.index(k), k, pid + k * grid, geo, BOX_ROWS, ROW_BOXES, G, D, VARLEN)
+        tab = (TABLE, _launch_tag(TICKET, pid, grid))
         for k in gl.static_range(LEAD):
             if k < mine:
-                _publish(bufs, bars, TABLE, k, pid, grid, geo, data, BOX_ROWS, ROW_BOXES, G, D, BUFFERS,
+                _publish(bufs, bars, tab, k, pid, grid, geo, data, BOX_ROWS, ROW_BOXES, G, D, BUFFERS,
                          SUB, VARLEN, PAIRS, W)
         for k in range(mine):
             buf = k % BUFFERS
@@ -460,23 +510,23 @@ if HAVE_GLUON:
             else:
                 s0, s1 = s, s + 1
             if LEAD == 0:
-                _publish(bufs, bars, TABLE, k, pid, grid, geo, data, BOX_ROWS, ROW_BOXES, G, D, BUFFERS,
+                _publish(bufs, bars, tab, k, pid, grid, geo, data, BOX_ROWS, ROW_BOXES, G, D, BUFFERS,
                          SUB, VARLEN, PAIRS, W)
-                e = _table_load(TABLE, s0 * parts, (s1 - s0) * parts, CHUNK, NUM_WARPS)
+                e = _table_load(tab, s0 * parts, (s1 - s0) * parts, CHUNK, NUM_WARPS)
             else:  # the table's round trip runs under the next part's amax
-                e = _table_load(TABLE, s0 * parts, (s1 - s0) * parts, CHUNK, NUM_WARPS)
+                e = _table_load(tab, s0 * parts, (s1 - s0) * parts, CHUNK, NUM_WARPS)
                 if k + LEAD < mine:
-                    _publish(bufs, bars, TABLE, k + LEAD, pid, grid, geo, data, BOX_ROWS, ROW_BOXES, G, D,
+                    _publish(bufs, bars, tab, k + LEAD, pid, grid, geo, data, BOX_ROWS, ROW_BOXES, G, D,
                              BUFFERS, SUB, VARLEN, PAIRS, W)
-            done, amax = _table_amax(e, TABLE, s0 * parts, (s1 - s0) * parts, CHUNK, NUM_WARPS)
+            done, amax = _table_amax(e, tab, s0 * parts, (s1 - s0) * parts, CHUNK, NUM_WARPS)
             if WAIT == 0:
                 done, amax = True, 448.0
             elif WAIT == 1:
                 done = True
             tries = 0
             while (done == 0) & (tries < spins):
-                e = _table_load(TABLE, s0 * parts, (s1 - s0) * parts, CHUNK, NUM_WARPS)
-                done, amax = _table_amax(e, TABLE, s0 * parts, (s1 - s0) * parts, CHUNK, NUM_WARPS)
+                e = _table_load(tab, s0 * parts, (s1 - s0) * parts, CHUNK, NUM_WARPS)
+                done, amax = _table_amax(e, tab, s0 * parts, (s1 - s0) * parts, CHUNK, NUM_WARPS)
                 tries += 1
             if done == 0:
                 amax = _x_amax(X, stride_xr, s0, s1, geo, PART_ROWS, SUB, G, D, VARLEN, layout)
@@ -499,11 +549,179 @@ if HAVE_GLUON:
                 _issue(x_desc, bufs, bars.index(buf), buf, pid + (k + BUFFERS) * grid, geo, BOX_ROWS, ROW_BOXES,
                        G, D, VARLEN)
 
+    @gluon.jit
+    def _ws_loader(x_desc, bufs, full, empty, pid, grid, mine, geo, BOX_ROWS: gl.constexpr, ROW_BOXES: gl.constexpr,
+                   G: gl.constexpr, D: gl.constexpr, BUFFERS: gl.constexpr, VARLEN: gl.constexpr):
+        """One warp: part k into buffer k % BUFFERS by TMA, once the cast warps have left it."""
+        for k in range(mine):
+            buf = k % BUFFERS
+            mbarrier.wait(empty.index(buf), ((k // BUFFERS) & 1) ^ 1)  # a fresh mbarrier counts as phase 1 done
+            _issue(x_desc, bufs, full.index(buf), buf, pid + k * grid, geo, BOX_ROWS, ROW_BOXES, G, D, VARLEN)
+
+    @gluon.jit
+    def _ws_amax(bufs, full, TABLE, TICKET, tag_slot, tag_bar, pid, grid, mine, geo, layout: gl.constexpr,
+                 BOX_ROWS: gl.constexpr, ROW_BOXES: gl.constexpr, G: gl.constexpr, D: gl.constexpr,
+                 BUFFERS: gl.constexpr, SUB: gl.constexpr, VARLEN: gl.constexpr, PAIRS: gl.constexpr,
+                 W: gl.constexpr):
+        """One warp: takes the launch's tag (handing it to the waiter through `tag_slot`), then
+        each part's amax into TABLE as soon as the part lands (up to BUFFERS parts ahead of its
+        cast); one warp's reduction is shuffles only."""
+        tag = _launch_tag(TICKET, pid, grid)
+        tag_slot.store(gl.full([1], tag, gl.int64, layout=gl.BlockedLayout([1], [32], [1], [0])))
+        mbarrier.arrive(tag_bar, count=1)
+        tab = (TABLE, tag)
+        for k in range(mine):
+            _publish(bufs, full, tab, k, pid, grid, geo, layout, BOX_ROWS, ROW_BOXES, G, D, BUFFERS, SUB, VARLEN,
+                     PAIRS, W)
+
+    @gluon.jit
+    def _ws_waiter(X, DESCALE, TABLE, tag_slot, tag_bar, full, ready, info, stride_xr, stride_db, stride_dh, pid, grid, mine, spins, geo,
+                   x_layout: gl.constexpr, i_layout: gl.constexpr, PART_ROWS: gl.constexpr, SUB: gl.constexpr,
+                   G: gl.constexpr, D: gl.constexpr, BUFFERS: gl.constexpr, VARLEN: gl.constexpr):
+        """One warp: for part k, once it has landed (so its own entry is on the way), wait until its
+        slice's TABLE entries are all set, store the slice's descale (its first part), and hand the
+        cast warps (descale bits, kv head, rows left, first row) in `info[k % BUFFERS]`."""
+        parts, _, _, _, _ = geo
+        CHUNK: gl.constexpr = 128
+        i = gl.arange(0, 4, layout=i_layout)
+        mbarrier.wait(tag_bar, 0)
+        tab = (TABLE, gl.sum(tag_slot.load(gl.BlockedLayout([1], [32], [1], [0])), 0))
+        for k in range(mine):
+            buf = k % BUFFERS
+            b, g, s, p, row0, left = _part(pid + k * grid, geo, PART_ROWS, VARLEN)
+            mbarrier.wait(full.index(buf), (k // BUFFERS) & 1)
+            e = _table_load(tab, s * parts, parts, CHUNK, 1)
+            done, amax = _table_amax(e, tab, s * parts, parts, CHUNK, 1)
+            tries = 0
+            while (done == 0) & (tries < spins):
+                e = _table_load(tab, s * parts, parts, CHUNK, 1)
+                done, amax = _table_amax(e, tab, s * parts, parts, CHUNK, 1)
+                tries += 1
+            if done == 0:
+                amax = _x_amax(X, stride_xr, s, s + 1, geo, PART_ROWS, SUB, G, D, VARLEN, x_layout)
+            d = gl.where(amax > 0, gl.div_rn(amax, 448.0), 1.0)
+            if p == 0:
+                gl.store(DESCALE + b * stride_db + g * stride_dh, d)
+            fields = gl.where(i == 0, d.to(gl.int32, bitcast=True), gl.where(i == 1, g, gl.where(i == 2, left, row0)))
+            info.index(buf).store(fields)
+            mbarrier.arrive(ready.index(buf), count=1)
+
+    @gluon.jit
+    def _field(fields, i, n: gl.constexpr):
+        """fields[n], every thread holding all four (a reduction within each thread)."""
+        return gl.sum(gl.where(i == n, fields, 0), 0)
+
+    @gluon.jit
+    def _ws_cast(bufs, ready, empty, info, Y, stride_yr, mine, layout: gl.constexpr, i_layout: gl.constexpr,
+                 BOX_ROWS: gl.constexpr, ROW_BOXES: gl.constexpr, G: gl.constexpr, D: gl.constexpr,
+                 BUFFERS: gl.constexpr, SUB: gl.constexpr, PAIRS: gl.constexpr, W: gl.constexpr):
+        """The cast warps: part k from shared memory once the waiter has its descale, then the buffer
+        goes back to the loader."""
+        i = gl.arange(0, 4, layout=i_layout)
+        for k in range(mine):
+            buf = k % BUFFERS
+            mbarrier.wait(ready.index(buf), (k // BUFFERS) & 1)
+            fields = info.index(buf).load(i_layout)
+            d = _field(fields, i, 0).to(gl.float32, bitcast=True)
+            g = _field(fields, i, 1)
+            left = _field(fields, i, 2)
+            y_part = Y + _field(fields, i, 3).to(gl.int64) * stride_yr  # offsets within a part fit in int32
+            if d < TINY_DESCALE:  # fp8_rounding says why; a uniform branch, code rather than time
+                _cast_part(bufs, buf, y_part, stride_yr, g, left, d, layout, BOX_ROWS, ROW_BOXES, G, D, SUB, PAIRS, W,
+                           True)
+            else:
+                _cast_part(bufs, buf, y_part, stride_yr, g, left, d, layout, BOX_ROWS, ROW_BOXES, G, D, SUB, PAIRS, W,
+                           False)
+            _thread_barrier()  # every cast warp is done with buffer `buf` (a barrier of this partition's warps)
+            mbarrier.arrive(empty.index(buf), count=1)
+
+    @gluon.jit
+    def _onchip_ws_kernel(x_desc, X, Y, DESCALE, TABLE, TICKET, CU, stride_xr, stride_yr, stride_db, stride_dh,
+                          items, parts, n_kv, slices, seqlen, spins,
+                          BOX_ROWS: gl.constexpr, ROW_BOXES: gl.constexpr, G: gl.constexpr, D: gl.constexpr,
+                          BUFFERS: gl.constexpr, SUB: gl.constexpr, SUB_ONE: gl.constexpr, VARLEN: gl.constexpr,
+                          NUM_WARPS: gl.constexpr, VEC: gl.constexpr, PAIRS: gl.constexpr, WORKER_REGS: gl.constexpr):
+        """Per head, warp-specialized (v15): the same parts, table and bits as `_onchip_kernel`, each
+        step in its own warps, linked by mbarriers per buffer. A loader warp issues the TMA copies;
+        an amax warp publishes each part's amax as soon as it lands; a waiter warp waits for the
+        part's slice in the table and hands its descale to the NUM_WARPS cast warps (the default
+        partition), which only cast and store. No step waits for another's unrelated work: the
+        amaxes run up to BUFFERS parts ahead, the table's round trips overlap the casts, and the
+        cast warps meet no CTA-wide barrier."""
+        PART_ROWS: gl.constexpr = BOX_ROWS * ROW_BOXES
+        WIDTH: gl.constexpr = VEC // 2 if PAIRS else VEC
+        cast_layout: gl.constexpr = gl.BlockedLayout([1, WIDTH], [32 * VEC // D, D // VEC], [NUM_WARPS, 1], [1, 0])
+        amax_layout: gl.constexpr = gl.BlockedLayout([1, WIDTH], [32 * VEC // D, D // VEC], [1, 1], [1, 0])
+        x_layout: gl.constexpr = gl.BlockedLayout([1, VEC], [32 * VEC // D, D // VEC], [1, 1], [1, 0])
+        i_cast: gl.constexpr = gl.BlockedLayout([4], [32], [NUM_WARPS], [0])
+        i_one: gl.constexpr = gl.BlockedLayout([4], [32], [1], [0])
+        W: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [1, 0])
+        pid = gl.program_id(0)
+        grid = gl.num_programs(0)
+        geo = (parts, n_kv, slices, CU, seqlen)
+        bufs = gl.allocate_shared_memory(x_desc.dtype, [BUFFERS * ROW_BOXES * G, BOX_ROWS, D], x_desc.layout)
+        full = gl.allocate_shared_memory(gl.int64, [BUFFERS, 1], mbarrier.MBarrierLayout())
+        ready = gl.allocate_shared_memory(gl.int64, [BUFFERS, 1], mbarrier.MBarrierLayout())
+        empty = gl.allocate_shared_memory(gl.int64, [BUFFERS, 1], mbarrier.MBarrierLayout())
+        info = gl.allocate_shared_memory(gl.int32, [BUFFERS, 4], gl.SwizzledSharedLayout(1, 1, 1, [0]))
+        tag_slot = gl.allocate_shared_memory(gl.int64, [1], gl.SwizzledSharedLayout(1, 1, 1, [0]))
+        tag_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+        mbarrier.init(tag_bar, count=1)
+        for j in gl.static_range(BUFFERS):
+            mbarrier.init(full.index(j), count=1)
+            mbarrier.init(ready.index(j), count=1)
+            mbarrier.init(empty.index(j), count=1)
+        fence_async_shared()
+        mine = (items - pid + grid - 1) // grid
+        gl.warp_specialize([
+            (_ws_cast, (bufs, ready, empty, info, Y, stride_yr, mine, cast_layout, i_cast, BOX_ROWS, ROW_BOXES, G, D,
+                        BUFFERS, SUB, PAIRS, W)),
+            (_ws_loader, (x_desc, bufs, full, empty, pid, grid, mine, geo, BOX_ROWS, ROW_BOXES, G, D, BUFFERS,
+                          VARLEN)),
+            (_ws_amax, (bufs, full, TABLE, TICKET, tag_slot, tag_bar, pid, grid, mine, geo, amax_layout, BOX_ROWS,
+                        ROW_BOXES, G, D, BUFFERS, SUB_ONE, VARLEN, PAIRS, W)),
+            (_ws_waiter, (X, DESCALE, TABLE, tag_slot, tag_bar, full, ready, info, stride_xr, stride_db, stride_dh,
+                          pid, grid, mine, spins, geo, x_layout, i_one, PART_ROWS, SUB_ONE, G, D, BUFFERS, VARLEN)),
+        ], [1, 1, 1], [WORKER_REGS, WORKER_REGS, WORKER_REGS])
+
 
 def _descriptor(x: torch.Tensor, plan: OnchipPlan, rows: int, heads: int):
     layout = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=8 * x.element_size(), rank=2)
     return TensorDescriptor(x, [rows, heads * plan.head_dim], [x.stride(-3), 1], [plan.box_rows, plan.head_dim],
                             layout)
+
+
+# Per (device, stream): the table of part amaxes and the launch counter (`_launch_tag`) its launches
+# share, and every table ever made (a captured CUDA graph keeps their addresses: none may be freed).
+_TABLES: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
+_KEEP: list[torch.Tensor] = []
+
+
+def _table_and_ticket(device: torch.device, items: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """A table of at least `items` int64 entries (tag << 32 | amax bits) and its counter, reused by
+    every launch on the current stream: launches never clear it (each has its own tag), so no
+    kernel runs before `quantize_onchip`'s (v15; v14 zeroed a new table per call)."""
+    if _FRESH_TABLE:  # the bench's measure of what v14's per-call table cost: one zeroing kernel, as v14's
+        fresh = torch.zeros(items + 1, dtype=torch.int64, device=device)
+        return fresh[:items], fresh[items:]
+    key = (device, torch.cuda.current_stream(device).cuda_stream)
+    table, ticket = _TABLES.get(key, (None, None))
+    if table is None or table.numel() < items:
+        table = torch.zeros(triton.next_power_of_2(max(items, 1024)), dtype=torch.int64, device=device)
+        ticket = torch.zeros(1, dtype=torch.int64, device=device)
+        _KEEP.extend((table, ticket))
+        _TABLES[key] = table, ticket
+    return table, ticket
+
+
+def _kernel_and_constants(plan: OnchipPlan, per_tensor: bool, varlen: bool):
+    """The kernel `plan` runs and its constexprs."""
+    const = dict(BOX_ROWS=plan.box_rows, ROW_BOXES=plan.row_boxes, G=plan.group, D=plan.head_dim,
+                 BUFFERS=plan.buffers, SUB=plan.sub_rows, VARLEN=varlen, NUM_WARPS=plan.warps, VEC=plan.vec,
+                 PAIRS=plan.pairs)
+    if plan.ws:
+        return _onchip_ws_kernel, dict(const, SUB_ONE=plan.sub_rows_one, WORKER_REGS=WS_WORKER_REGS)
+    return _onchip_kernel, dict(const, LEAD=plan.lead, PER_TENSOR=per_tensor, WAIT=_WAIT)
 
 
 def quantize_onchip(x: torch.Tensor, y: torch.Tensor, cu: torch.Tensor, batch: int, seqlen: int, heads: int,
@@ -516,39 +734,36 @@ def quantize_onchip(x: torch.Tensor, y: torch.Tensor, cu: torch.Tensor, batch: i
     varlen = x.dim() == 3
     rows = x.shape[0] if varlen else batch * seqlen
     descale = torch.empty((1, 1) if per_tensor else (batch, heads_kv), dtype=torch.float32, device=x.device)
-    table = torch.zeros(plan.items, dtype=torch.int64, device=x.device)  # (1 << 32 | amax bits) per part, 0 = unset
+    table, ticket = _table_and_ticket(x.device, plan.items)
     y_out = y.view(torch.int16) if plan.pairs else y
-    _onchip_kernel[(plan.grid,)](
-        _descriptor(x, plan, rows, heads), x, y_out, descale, table, cu, x.stride(-3), y_out.stride(-3),
+    kernel, const = _kernel_and_constants(plan, per_tensor, varlen)
+    kernel[(plan.grid,)](
+        _descriptor(x, plan, rows, heads), x, y_out, descale, table, ticket, cu, x.stride(-3), y_out.stride(-3),
         *descale.stride(),
         plan.items, plan.parts, heads_kv, batch * heads_kv, seqlen, SPINS if spins is None else spins,
-        BOX_ROWS=plan.box_rows, ROW_BOXES=plan.row_boxes, G=plan.group, D=plan.head_dim, BUFFERS=plan.buffers,
-        LEAD=plan.lead, SUB=plan.sub_rows, VARLEN=varlen, PER_TENSOR=per_tensor, NUM_WARPS=plan.warps, VEC=plan.vec,
-        PAIRS=plan.pairs, WAIT=_WAIT,
-        num_warps=plan.warps, maxnreg=plan.maxnreg)  # registers for CTAS_PER_SM programs per SM, all resident
+        **const, num_warps=plan.warps, maxnreg=plan.maxnreg)  # registers for CTAS_PER_SM programs per SM, all resident
     return y, descale.expand(batch, heads_kv) if per_tensor else descale
 
 
 def compile_onchip_sm90(head_dim: int = 128, group: int = 1, per_tensor: bool = False, dtype: str = "bf16",
-                        seqlen: int = 16384):
+                        seqlen: int = 16384, heads_kv: int = 1):
     """Compile the kernel for sm_90 without a GPU (triton's bundled ptxas), planned for one sequence
-    of `seqlen` tokens and `group` query heads per kv head on 132 SMs; returns triton's compiled
-    kernel (`.asm["ptx"]`, `.metadata.shared`)."""
+    of `seqlen` tokens, `heads_kv` kv heads and `group` query heads per kv head on 132 SMs (from
+    WS_FROM_BYTES per head, the warp-specialized kernel); returns triton's compiled kernel
+    (`.asm["ptx"]`, `.asm["cubin"]`, `.metadata.shared`)."""
     if not HAVE_GLUON:
         raise RuntimeError(f"compile_onchip_sm90 needs Gluon (triton >= 3.5); this triton is {triton.__version__}")
     tdtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[dtype]
-    stand_in = torch.empty((1, seqlen, group, head_dim), dtype=tdtype, device="meta")
-    plan = onchip_plan(stand_in, 1, seqlen, group, head_dim, 1, per_tensor, False, sms=SM90_SMS)
+    stand_in = torch.empty((1, seqlen, group * heads_kv, head_dim), dtype=tdtype, device="meta")
+    plan = onchip_plan(stand_in, 1, seqlen, group * heads_kv, head_dim, heads_kv, per_tensor, False, sms=SM90_SMS)
     if isinstance(plan, str):
         raise ValueError(plan)
     shape = [plan.box_rows, head_dim]
     layout = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=8 * stand_in.element_size(), rank=2)
-    const = dict(BOX_ROWS=plan.box_rows, ROW_BOXES=plan.row_boxes, G=plan.group, D=head_dim, BUFFERS=plan.buffers,
-                 LEAD=plan.lead, SUB=plan.sub_rows, VARLEN=False, PER_TENSOR=per_tensor, NUM_WARPS=plan.warps,
-                 VEC=plan.vec, PAIRS=plan.pairs, WAIT=2)
+    kernel, const = _kernel_and_constants(plan, per_tensor, False)
     types = dict(x_desc=f"tensordesc<{dtype}[{shape[0]}, {shape[1]}],{layout!r}>", X=f"*{dtype}",
                  Y="*i16" if plan.pairs else "*fp8e4nv",
-                 DESCALE="*fp32", TABLE="*i64", CU="*i32")
+                 DESCALE="*fp32", TABLE="*i64", TICKET="*i64", CU="*i32")
     # what the JIT sees on a GPU: 16-byte aligned pointers and row strides
-    return compile_sm90(_onchip_kernel, types, const, ("X", "Y", "TABLE", "stride_xr", "stride_yr"),
+    return compile_sm90(kernel, types, const, ("X", "Y", "TABLE", "stride_xr", "stride_yr"),
                         num_warps=plan.warps, maxnreg=plan.maxnreg)
