@@ -372,6 +372,32 @@ def test_onchip_table_outlives_launches_and_graph_replays(ws, monkeypatch):
         assert torch.equal(d, d2) and torch.equal(bits(y), bits(y2)), scale
 
 
+def test_onchip_tables_per_stream_kept_while_graphs_hold_them(monkeypatch):
+    """The table cache's bookkeeping (no GPU: streams and capture state stood in for): one table per
+    stream, grown when a launch needs more entries, the STREAMS_KEPT most recent streams kept, and
+    a table used under a CUDA-graph capture kept alive after its stream falls out."""
+    stream, capturing = [0], [False]
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: type("S", (), {"cuda_stream": stream[0]}))
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: capturing[0])
+    monkeypatch.setattr(O, "_TABLES", type(O._TABLES)())
+    monkeypatch.setattr(O, "_CAPTURED", [])
+    cpu = torch.device("cpu")
+    first = O._table_and_ticket(cpu, 100)
+    assert first[0].numel() >= 100 and not first[0].any() and first[1].tolist() == [0]
+    assert O._table_and_ticket(cpu, 1000)[0] is first[0]  # the same stream: the same table
+    grown = O._table_and_ticket(cpu, 5000)
+    assert grown[0] is not first[0] and grown[0].numel() >= 5000
+    capturing[0] = True
+    assert O._table_and_ticket(cpu, 10)[0] is grown[0] and O._CAPTURED == [grown]
+    capturing[0] = False
+    for other in range(1, O.STREAMS_KEPT + 1):  # STREAMS_KEPT other streams: stream 0 falls out
+        stream[0] = other
+        assert O._table_and_ticket(cpu, 10)[0] is not grown[0]
+    assert len(O._TABLES) == O.STREAMS_KEPT and O._CAPTURED == [grown]
+    stream[0] = 0
+    assert O._table_and_ticket(cpu, 10)[0] is not grown[0]  # a new, zeroed table for stream 0
+
+
 def meta(*shape: int, dtype=torch.bfloat16) -> torch.Tensor:
     return torch.empty(shape, dtype=dtype, device="meta")
 

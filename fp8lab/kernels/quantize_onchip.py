@@ -38,15 +38,15 @@ zero amax), x / descale by Markstein's two-FMA correction of x * (1 / descale), 
 round to nearest even.
 
 Measured on the H200 (docs/kernel-notes.md v13-v15, `results/h200/bench_v15_quant.*`; CUDA-graph
-replays against a copy of the same bf16 tensor; in brackets v14's kernel with its zeroed table per
-call, in the same run): per head 0.79 of copy at 128 MiB (0.76; two passes 0.51), 0.79 at 32 MiB
-(0.67; two passes 0.59), 0.49 at 16 MiB (0.40); with 4 query heads per kv head 0.67 at 128 MiB
-(v14's kernel 0.59 with the kept table; two passes 0.47). Nsight Compute counts 134 MB of HBM reads
-for 134 MB of x (v13). The 85 % target is not reached: at 128 MiB, v14's kernel with no waiting
-for other programs at all stops at 0.77-0.80 (v14's and v15's runs), and the warp-specialized
-form, whose cast warps only cast, measures 0.79-0.81 (v15). Per tensor, x must fit on chip whole (up to ~25 MiB); there
-it beats two passes (0.50 against 0.39 at 16 MiB, v15). `quantize_fp8(schedule="auto")` uses this
-kernel wherever it can run on an x of 4 MiB or more (faster at every size measured, v14).
+replays against a copy of the same bf16 tensor; v14's recorded run in brackets): per head 0.79 of
+copy at 128 MiB (0.77; two passes 0.51), 0.78 at 32 MiB (0.73; two passes 0.59), 0.49 at 16 MiB
+(0.50); with 4 query heads per kv head 0.65-0.67 at 128 MiB (v14's kernel in the same run 0.59; two
+passes 0.47). Nsight Compute counts 134 MB of HBM reads for 134 MB of x (v13). The 85 % target is
+not reached: at 128 MiB v14's kernel with no waiting for other programs at all stops at 0.77-0.80,
+and the warp-specialized form, whose cast warps only cast, at 0.78-0.81 (v15). Per tensor, x must
+fit on chip whole (up to ~25 MiB); there it beats two passes (0.50 against 0.39 at 16 MiB, v15).
+`quantize_fp8(schedule="auto")` uses this kernel wherever it can run on an x of 4 MiB or more
+(faster at every size measured, v14).
 
 Boxes of a part are whole multiples of 128 bytes: TMA writes shared memory at 128-byte aligned
 addresses, and a 64-byte box (per tensor, one token of 32 bf16 values) crashed v13's last GPU run
@@ -61,6 +61,7 @@ parts, 24.75 MiB. `onchip_plan` says which of these a tensor misses.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass
 
 import torch
@@ -575,12 +576,14 @@ if HAVE_GLUON:
                      PAIRS, W)
 
     @gluon.jit
-    def _ws_waiter(X, DESCALE, TABLE, tag_slot, tag_bar, full, ready, info, stride_xr, stride_db, stride_dh, pid, grid, mine, spins, geo,
-                   x_layout: gl.constexpr, i_layout: gl.constexpr, PART_ROWS: gl.constexpr, SUB: gl.constexpr,
-                   G: gl.constexpr, D: gl.constexpr, BUFFERS: gl.constexpr, VARLEN: gl.constexpr):
-        """One warp: for part k, once it has landed (so its own entry is on the way), wait until its
-        slice's TABLE entries are all set, store the slice's descale (its first part), and hand the
-        cast warps (descale bits, kv head, rows left, first row) in `info[k % BUFFERS]`."""
+    def _ws_waiter(X, DESCALE, TABLE, tag_slot, tag_bar, full, ready, info, stride_xr, stride_db, stride_dh,
+                   pid, grid, mine, spins, geo, x_layout: gl.constexpr, i_layout: gl.constexpr,
+                   PART_ROWS: gl.constexpr, SUB: gl.constexpr, G: gl.constexpr, D: gl.constexpr,
+                   BUFFERS: gl.constexpr, VARLEN: gl.constexpr):
+        """One warp: takes the launch's tag from the amax warp; for part k, once it has landed (so
+        its own entry is on the way), waits until its slice's TABLE entries are all set, stores the
+        slice's descale (its first part), and hands the cast warps (descale bits, kv head, rows
+        left, first row) in `info[k % BUFFERS]`."""
         parts, _, _, _, _ = geo
         CHUNK: gl.constexpr = 128
         i = gl.arange(0, 4, layout=i_layout)
@@ -691,27 +694,36 @@ def _descriptor(x: torch.Tensor, plan: OnchipPlan, rows: int, heads: int):
                             layout)
 
 
-# Per (device, stream): the table of part amaxes and the launch counter (`_launch_tag`) its launches
-# share, and every table ever made (a captured CUDA graph keeps their addresses: none may be freed).
-_TABLES: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
-_KEEP: list[torch.Tensor] = []
+# Per (device, stream), the most recent STREAMS_KEPT: the table of part amaxes and the launch counter
+# (`_launch_tag`) its launches share. Tables a CUDA graph captured stay alive with it (its replays hold
+# their addresses); the others are freed when their stream falls out (the allocator orders the reuse
+# after their last launch on that stream).
+STREAMS_KEPT = 8
+_TABLES: OrderedDict[tuple, tuple[torch.Tensor, torch.Tensor]] = OrderedDict()
+_CAPTURED: list[tuple[torch.Tensor, torch.Tensor]] = []
 
 
 def _table_and_ticket(device: torch.device, items: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """A table of at least `items` int64 entries (tag << 32 | amax bits) and its counter, reused by
-    every launch on the current stream: launches never clear it (each has its own tag), so no
-    kernel runs before `quantize_onchip`'s (v15; v14 zeroed a new table per call)."""
+    """A table of at least `items` int64 entries (tag << 32 | amax bits) and its counter, shared by
+    the launches on the current stream: launches never clear it (each has its own tag), so no
+    kernel runs before `quantize_onchip`'s (v15; v14 zeroed a new table per call). A graph captured
+    on a stream uses that stream's table: replay it on another stream only while no launch uses
+    the capture stream's (two launches at once on one table could share tags). The first launch on
+    a stream inside a capture also captures the zeroing of its new table (warm up outside it)."""
     if _FRESH_TABLE:  # the bench's measure of what v14's per-call table cost: one zeroing kernel, as v14's
         fresh = torch.zeros(items + 1, dtype=torch.int64, device=device)
         return fresh[:items], fresh[items:]
     key = (device, torch.cuda.current_stream(device).cuda_stream)
-    table, ticket = _TABLES.get(key, (None, None))
-    if table is None or table.numel() < items:
-        table = torch.zeros(triton.next_power_of_2(max(items, 1024)), dtype=torch.int64, device=device)
-        ticket = torch.zeros(1, dtype=torch.int64, device=device)
-        _KEEP.extend((table, ticket))
-        _TABLES[key] = table, ticket
-    return table, ticket
+    entry = _TABLES.pop(key, None)
+    if entry is None or entry[0].numel() < items:
+        entry = (torch.zeros(triton.next_power_of_2(max(items, 1024)), dtype=torch.int64, device=device),
+                 torch.zeros(1, dtype=torch.int64, device=device))
+    _TABLES[key] = entry  # the most recent last
+    if torch.cuda.is_current_stream_capturing() and not any(entry[0] is t for t, _ in _CAPTURED):
+        _CAPTURED.append(entry)
+    while len(_TABLES) > STREAMS_KEPT:
+        _TABLES.popitem(last=False)
+    return entry
 
 
 def _kernel_and_constants(plan: OnchipPlan, per_tensor: bool, varlen: bool):
