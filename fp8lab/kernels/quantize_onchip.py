@@ -395,6 +395,17 @@ if HAVE_GLUON:
                     gl.store(Y + offs, q, mask=gl.expand_dims(row < left, 1))
 
     @gluon.jit
+    def _cast(bufs, buf, Y, stride_yr, g, left, d, layout: gl.constexpr, BOX_ROWS: gl.constexpr,
+              ROW_BOXES: gl.constexpr, G: gl.constexpr, D: gl.constexpr, SUB: gl.constexpr, PAIRS: gl.constexpr,
+              W: gl.constexpr):
+        """`_cast_part`, exact for descales below TINY_DESCALE (fp8_rounding says why): a uniform
+        branch per part, code rather than time."""
+        if d < TINY_DESCALE:
+            _cast_part(bufs, buf, Y, stride_yr, g, left, d, layout, BOX_ROWS, ROW_BOXES, G, D, SUB, PAIRS, W, True)
+        else:
+            _cast_part(bufs, buf, Y, stride_yr, g, left, d, layout, BOX_ROWS, ROW_BOXES, G, D, SUB, PAIRS, W, False)
+
+    @gluon.jit
     def _publish(bufs, bars, tab, k, pid, grid, geo, layout: gl.constexpr, BOX_ROWS: gl.constexpr,
                  ROW_BOXES: gl.constexpr, G: gl.constexpr, D: gl.constexpr, BUFFERS: gl.constexpr,
                  SUB: gl.constexpr, VARLEN: gl.constexpr, PAIRS: gl.constexpr, W: gl.constexpr):
@@ -533,12 +544,7 @@ if HAVE_GLUON:
                 amax = _x_amax(X, stride_xr, s0, s1, geo, PART_ROWS, SUB, G, D, VARLEN, layout)
             d = gl.where(amax > 0, gl.div_rn(amax, 448.0), 1.0)
             y_part = Y + row0.to(gl.int64) * stride_yr  # offsets within a part fit in int32
-            if d < TINY_DESCALE:  # fp8_rounding says why; a uniform branch, code rather than time
-                _cast_part(bufs, buf, y_part, stride_yr, g, left, d, data, BOX_ROWS, ROW_BOXES, G, D, SUB, PAIRS, W,
-                           True)
-            else:
-                _cast_part(bufs, buf, y_part, stride_yr, g, left, d, data, BOX_ROWS, ROW_BOXES, G, D, SUB, PAIRS, W,
-                           False)
+            _cast(bufs, buf, y_part, stride_yr, g, left, d, data, BOX_ROWS, ROW_BOXES, G, D, SUB, PAIRS, W)
             if PER_TENSOR:
                 if (s == 0) & (p == 0):
                     gl.store(DESCALE, d)
@@ -629,12 +635,7 @@ if HAVE_GLUON:
             g = _field(fields, i, 1)
             left = _field(fields, i, 2)
             y_part = Y + _field(fields, i, 3).to(gl.int64) * stride_yr  # offsets within a part fit in int32
-            if d < TINY_DESCALE:  # fp8_rounding says why; a uniform branch, code rather than time
-                _cast_part(bufs, buf, y_part, stride_yr, g, left, d, layout, BOX_ROWS, ROW_BOXES, G, D, SUB, PAIRS, W,
-                           True)
-            else:
-                _cast_part(bufs, buf, y_part, stride_yr, g, left, d, layout, BOX_ROWS, ROW_BOXES, G, D, SUB, PAIRS, W,
-                           False)
+            _cast(bufs, buf, y_part, stride_yr, g, left, d, layout, BOX_ROWS, ROW_BOXES, G, D, SUB, PAIRS, W)
             _thread_barrier()  # every cast warp is done with buffer `buf` (a barrier of this partition's warps)
             mbarrier.arrive(empty.index(buf), count=1)
 
