@@ -30,8 +30,8 @@ does nearest-even in the bit pattern before that cast too.
 `TINY_DESCALE`: the GPU kernels divide by a descale d as x * RN(1/d) plus Markstein's FMA
 correction, which is exact only while its residual does not underflow: for every d >= 2^-92
 wherever the quotient matters to e4m3 (>= 2^-11). Below 2^-90 (an amax under ~3.6e-25; 1/d
-itself overflows from 2^-128) they divide exactly another way: IEEE division in the Triton
-kernels, x * 2^64 over d * 2^64 in the on-chip one.
+itself overflows from 2^-128) they divide exactly another way: IEEE division (`div_rn`), for
+every value of a tile or part whose descale is that small (a uniform branch).
 """
 
 from __future__ import annotations

@@ -308,21 +308,19 @@ if HAVE_GLUON:
         return (w << 16).to(gl.float32, bitcast=True), (w & -65536).to(gl.float32, bitcast=True)
 
     @gluon.jit
-    def _divisor(d, TINY: gl.constexpr):
-        """(d_res, rcp, nrcp, scale) for `_divide`. TINY (d below TINY_DESCALE, where the residual
-        may underflow): divide x * 2^64 by d * 2^64 instead, the same quotient, exact in float32
-        (d >= 2^-142 for a bf16 amax, so d * 2^64 >= 2^-78; x * 2^64 cannot overflow)."""
-        scale = 18446744073709551616.0 if TINY else 1.0  # 2^64
-        ds = d * scale
-        rcp = gl.div_rn(1.0, ds)
-        return gl.where(ds == float("inf"), 0.0, ds), rcp, rcp * -1.0, scale
+    def _divisor(d):
+        """(d, d_res, rcp, nrcp) for `_divide`: rcp = RN(1 / d), and d_res = 0 for an infinite d."""
+        rcp = gl.div_rn(1.0, d)
+        return d, gl.where(d == float("inf"), 0.0, d), rcp, rcp * -1.0
 
     @gluon.jit
-    def _divide(v, d_res, rcp, nrcp, scale, TINY: gl.constexpr):
-        """RN(v / d) by Markstein's correction of v * rcp (`_divisor`'s values), as
-        `fp8lab.kernels.quantize`'s _divide, which says why -0 and inf come out right."""
+    def _divide(v, dv, TINY: gl.constexpr):
+        """RN(v / d) by Markstein's correction of v * rcp (dv: `_divisor`'s values), as
+        `fp8lab.kernels.quantize`'s _divide, which says why -0 and inf come out right. TINY (d
+        below TINY_DESCALE, where the residual may underflow): IEEE division, as there."""
+        d, d_res, rcp, nrcp = dv
         if TINY:
-            v = v * scale
+            return gl.div_rn(v, d)
         q = v * rcp
         return gl.fma(gl.fma(q, d_res, v * -1.0), nrcp, q)  # x * -1.0 is a true negation; Triton's -x is 0 - x
 
@@ -366,8 +364,8 @@ if HAVE_GLUON:
                    PAIRS: gl.constexpr, W: gl.constexpr, EXACT: gl.constexpr):
         """y = e4m3(x / d) for the part in buffer `buf`; Y: the part's first row (PAIRS: int16, two
         e4m3 per store element; stride_yr in Y's elements). sm_90's cvt.rn.satfinite saturates to
-        +-448 and keeps NaN: the Triton kernels' clamp. EXACT: d below TINY_DESCALE (`_divisor`)."""
-        d_res, rcp, nrcp, scale = _divisor(d, EXACT)
+        +-448 and keeps NaN: the Triton kernels' clamp. EXACT: d below TINY_DESCALE (`_divide`)."""
+        dv = _divisor(d)
         rows = gl.arange(0, SUB, layout=gl.SliceLayout(1, layout))
         if PAIRS:
             src = _words(bufs, W)
@@ -386,11 +384,10 @@ if HAVE_GLUON:
                         lo, hi = _halves(v)
                         q = gl.inline_asm_elementwise(
                             "cvt.rn.satfinite.e4m3x2.f32 $0, $2, $1;", "=h,r,r",
-                            [_divide(lo, d_res, rcp, nrcp, scale, EXACT),
-                             _divide(hi, d_res, rcp, nrcp, scale, EXACT)],
+                            [_divide(lo, dv, EXACT), _divide(hi, dv, EXACT)],
                             dtype=gl.int16, is_pure=True, pack=1)
                     else:
-                        q = _divide(v.to(gl.float32), d_res, rcp, nrcp, scale, EXACT).to(gl.float8e4nv)
+                        q = _divide(v.to(gl.float32), dv, EXACT).to(gl.float8e4nv)
                     offs = gl.expand_dims(row * stride_yr, 1) + gl.expand_dims(cols, 0) + (g * G + j) * width
                     gl.store(Y + offs, q, mask=gl.expand_dims(row < left, 1))
 
