@@ -358,12 +358,16 @@ else:
 #    configuration lose to waiting for the other programs' amaxes? Set `answer_4` to the
 #    fraction of copy with `_wait=0` (no waiting, wrong bits) minus the mean of its `_wait=2`
 #    rows (the real kernel), e.g. 0.05.
+# 5. In v15's knob sweep at 128 MiB with 4 query heads per kv head ("per-head GQA4 onchip"), how
+#    many times faster than v14's kernel (`ws=False`) is the warp-specialized one, both with 32 KiB
+#    parts and 4 warps? Set `answer_5` to v14's mean time over the warp-specialized mean time.
 
 # %%
 answer_1 = None  # FLOP per byte
 answer_2 = None  # a head dim
 answer_3 = None  # a count
 answer_4 = None  # a fraction of copy
+answer_5 = None  # a speed-up
 
 # %% tags=["solution", "hide-input"]
 # Solution (collapsed): computed, not typed in.
@@ -380,6 +384,10 @@ v14_default = quant[(quant["version"] == "v14") & (quant["part_bytes"] == 32 << 
 if answer_4 is None:
     answer_4 = (v14_default[v14_default["_wait"] == 0]["frac_copy_graph"].mean()
                 - v14_default[v14_default["_wait"] == 2]["frac_copy_graph"].mean())
+gqa = quant[(quant["version"] == "v15") & (quant["kernel"] == "per-head GQA4 onchip")
+            & quant["size"].str.contains("128 MiB") & (quant["part_bytes"] == 32 << 10) & (quant["warps"] == 4)]
+if answer_5 is None:
+    answer_5 = gqa[gqa["ws"].eq(False)]["ms_graph"].mean() / gqa[gqa["ws"].eq(True)]["ms_graph"].mean()
 
 # %%
 c = cases["4x4096x32x64"]
@@ -389,5 +397,8 @@ assert bench.exp2_ceiling_tflops(answer_2) < bench.H200_CEILINGS["FP8 GEMM (torc
 assert answer_3 == int((table["fp8lab"] > table["fa3-fwd bf16"]).sum())
 waits = v14_default.groupby("_wait")["frac_copy_graph"].mean()
 assert abs(answer_4 - (waits[0] - waits[2])) < 0.005, "no-wait fraction minus the real kernel's"
+times = gqa.groupby(gqa["ws"].astype(bool))["ms_graph"].mean()
+assert abs(answer_5 - times[False] / times[True]) < 0.01, "v14's time over the warp-specialized time"
 print(f"1: {answer_1:.0f} FLOP/byte   2: head_dim {answer_2}   3: {answer_3} cases   "
-      f"4: waiting costs {answer_4:.3f} of copy (without it: {waits[0]:.2f})")
+      f"4: waiting costs {answer_4:.3f} of copy (without it: {waits[0]:.2f})   "
+      f"5: warp-specialized {answer_5:.2f}x v14's kernel (GQA4, 128 MiB)")
