@@ -232,7 +232,7 @@ graph[graph["version"].isin(["v14", "v15"])].pivot_table(index="kernel", columns
 #   call (each launch tags its entries): a kernel launch less, 1.0-1.8 us, a tenth of the time at
 #   16-32 MiB. 79 % of copy at 128 MiB, 78 % at 32 MiB, 65-67 % with 4 query heads per kv head at
 #   128 MiB (v14's kernel: 59 %). The split did not lift the ceiling: with cast warps that do
-#   nothing else it stays at 79-81 %, about where v14's kernel without waiting stopped.
+#   nothing else it stays at 78-81 %, about where v14's kernel without waiting stopped.
 # - `schedule="fused"` (v7): one launch whose cast items trail their amax items by a
 #   quarter of the L2, so the cast re-reads from L2. Nsight Compute measured its HBM
 #   traffic at 147 MB read for 134 MB of input (two passes: 268 MB), yet it reaches only
