@@ -473,6 +473,28 @@ if HAVE_GLUON:
         return m
 
     @gluon.jit
+    def _slice_descale(e, tab, X, stride_xr, s0, s1, spins, geo, layout: gl.constexpr, PART_ROWS: gl.constexpr,
+                       SUB: gl.constexpr, G: gl.constexpr, D: gl.constexpr, VARLEN: gl.constexpr,
+                       CHUNK: gl.constexpr, NUM_WARPS: gl.constexpr, WAIT: gl.constexpr):
+        """Descale of slices s0 .. s1-1 (amax / 448, correctly rounded; 1 for a zero amax) once the
+        table has all their parts' entries (e: its first read, `_table_load`'s), rereading it up to
+        `spins` times, then from x itself (`_x_amax`). WAIT < 2: the bench's `_WAIT`."""
+        parts, _, _, _, _ = geo
+        done, amax = _table_amax(e, tab, s0 * parts, (s1 - s0) * parts, CHUNK, NUM_WARPS)
+        if WAIT == 0:
+            done, amax = True, 448.0
+        elif WAIT == 1:
+            done = True
+        tries = 0
+        while (done == 0) & (tries < spins):
+            e = _table_load(tab, s0 * parts, (s1 - s0) * parts, CHUNK, NUM_WARPS)
+            done, amax = _table_amax(e, tab, s0 * parts, (s1 - s0) * parts, CHUNK, NUM_WARPS)
+            tries += 1
+        if done == 0:
+            amax = _x_amax(X, stride_xr, s0, s1, geo, PART_ROWS, SUB, G, D, VARLEN, layout)
+        return gl.where(amax > 0, gl.div_rn(amax, 448.0), 1.0)
+
+    @gluon.jit
     def _onchip_kernel(x_desc, X, Y, DESCALE, TABLE, TICKET, CU, stride_xr, stride_yr, stride_db, stride_dh,
                        items, parts, n_kv, slices, seqlen, spins,
                        BOX_ROWS: gl.constexpr, ROW_BOXES: gl.constexpr, G: gl.constexpr, D: gl.constexpr,
@@ -527,19 +549,8 @@ if HAVE_GLUON:
                 if k + LEAD < mine:
                     _publish(bufs, bars, tab, k + LEAD, pid, grid, geo, data, BOX_ROWS, ROW_BOXES, G, D,
                              BUFFERS, SUB, VARLEN, PAIRS, W)
-            done, amax = _table_amax(e, tab, s0 * parts, (s1 - s0) * parts, CHUNK, NUM_WARPS)
-            if WAIT == 0:
-                done, amax = True, 448.0
-            elif WAIT == 1:
-                done = True
-            tries = 0
-            while (done == 0) & (tries < spins):
-                e = _table_load(tab, s0 * parts, (s1 - s0) * parts, CHUNK, NUM_WARPS)
-                done, amax = _table_amax(e, tab, s0 * parts, (s1 - s0) * parts, CHUNK, NUM_WARPS)
-                tries += 1
-            if done == 0:
-                amax = _x_amax(X, stride_xr, s0, s1, geo, PART_ROWS, SUB, G, D, VARLEN, layout)
-            d = gl.where(amax > 0, gl.div_rn(amax, 448.0), 1.0)
+            d = _slice_descale(e, tab, X, stride_xr, s0, s1, spins, geo, layout, PART_ROWS, SUB, G, D, VARLEN,
+                               CHUNK, NUM_WARPS, WAIT)
             y_part = Y + row0.to(gl.int64) * stride_yr  # offsets within a part fit in int32
             _cast(bufs, buf, y_part, stride_yr, g, left, d, data, BOX_ROWS, ROW_BOXES, G, D, SUB, PAIRS, W)
             if PER_TENSOR:
@@ -597,15 +608,8 @@ if HAVE_GLUON:
             b, g, s, p, row0, left = _part(pid + k * grid, geo, PART_ROWS, VARLEN)
             mbarrier.wait(full.index(buf), (k // BUFFERS) & 1)
             e = _table_load(tab, s * parts, parts, CHUNK, 1)
-            done, amax = _table_amax(e, tab, s * parts, parts, CHUNK, 1)
-            tries = 0
-            while (done == 0) & (tries < spins):
-                e = _table_load(tab, s * parts, parts, CHUNK, 1)
-                done, amax = _table_amax(e, tab, s * parts, parts, CHUNK, 1)
-                tries += 1
-            if done == 0:
-                amax = _x_amax(X, stride_xr, s, s + 1, geo, PART_ROWS, SUB, G, D, VARLEN, x_layout)
-            d = gl.where(amax > 0, gl.div_rn(amax, 448.0), 1.0)
+            d = _slice_descale(e, tab, X, stride_xr, s, s + 1, spins, geo, x_layout, PART_ROWS, SUB, G, D, VARLEN,
+                               CHUNK, 1, 2)
             if p == 0:
                 gl.store(DESCALE + b * stride_db + g * stride_dh, d)
             fields = gl.where(i == 0, d.to(gl.int32, bitcast=True), gl.where(i == 1, g, gl.where(i == 2, left, row0)))
