@@ -232,7 +232,12 @@ graph[graph["version"].isin(["v14", "v15"])].pivot_table(index="kernel", columns
 #   call (each launch tags its entries): a kernel launch less, 1.0-1.8 us, a tenth of the time at
 #   16-32 MiB. 79 % of copy at 128 MiB, 78 % at 32 MiB, 65-67 % with 4 query heads per kv head at
 #   128 MiB (v14's kernel: 59 %). The split did not lift the ceiling: with cast warps that do
-#   nothing else it stays at 78-81 %, about where v14's kernel without waiting stopped.
+#   nothing else it stays at 78-81 %, about where v14's kernel without waiting stopped. v16 timed
+#   copies of the kernel with one step switched off (`results/h200/run13/`): of its 60 us at
+#   128 MiB, reading x, waiting for the table and handing parts over take 40, casting 5 and
+#   writing y 15.6, as if writes and reads took turns; per-token quantization moves the same
+#   bytes in 49. Reading a slice's table entries in one read gained 3-4 points where slices have
+#   129-256 parts (77-79 %); parts spanning two or four kv heads were slower in every form.
 # - `schedule="fused"` (v7): one launch whose cast items trail their amax items by a
 #   quarter of the L2, so the cast re-reads from L2. Nsight Compute measured its HBM
 #   traffic at 147 MB read for 134 MB of input (two passes: 268 MB), yet it reaches only
@@ -343,7 +348,8 @@ else:
 #   inside its timed calls.
 # - Attention is compute-bound; at small head dims the exp2 unit, not the tensor cores, is the wall.
 # - Static-scale quantization runs at copy speed; per-head scales held on chip read x once
-#   (79 % of copy against 51 % for two passes; 71 % in v13, 77 % in v14), per-tensor scales still
+#   (79 % of copy against 51 % for two passes; 71 % in v13, 77 % in v14; v16 found a quarter of
+#   its time in writing y), per-tensor scales still
 #   cost a second pass at 128 MiB (on chip where x fits, up to ~25 MiB).
 # - vLLM's slow FP8 path at head dim 256 is its build, not the varlen entry: fa3-fwd's varlen is fast.
 #

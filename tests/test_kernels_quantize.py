@@ -307,7 +307,8 @@ def test_onchip_waits_hold_on_gpu(granularity, spins, ws, monkeypatch):
     heads for 264 programs on an H200; ws: for 132 programs, each part handed from warp to warp), or
     one round holding all of x (per tensor), batched and varlen with ragged sequences: every call
     must give two passes' bits (a race would give a stale descale, sometimes). spins=0: every
-    program takes the fallback."""
+    program takes the fallback. The last input's slices have 188 parts each: the warp-specialized
+    kernel's waiter reads their table entries in one read of 256 (v16)."""
     skip_unless_runs("onchip")
     if spins is not None:
         monkeypatch.setattr(O, "SPINS", spins)
@@ -317,7 +318,12 @@ def test_onchip_waits_hold_on_gpu(granularity, spins, ws, monkeypatch):
     x = inputs(gen, 2, 3000, 8, 128)
     cu = torch.tensor([0, 700, 1900, 3000], dtype=torch.int32, device=DEV)
     xv = x.reshape(6000, 8, 128)[:3000]
-    for xx, args in [(x, dict(heads_kv=4)), (xv, dict(cu_seqlens=cu)), (xv, dict(cu_seqlens=cu, heads_kv=2)), (x, {})]:
+    long = inputs(gen, 1, 24000, 2, 128)
+    if ws:
+        plan = O.onchip_plan(long, 1, 24000, 2, 128, 2, False, False)
+        assert plan.parts == 188 and O._kernel_and_constants(plan, False, False)[1]["CHUNK"] == 256, plan
+    for xx, args in [(x, dict(heads_kv=4)), (xv, dict(cu_seqlens=cu)), (xv, dict(cu_seqlens=cu, heads_kv=2)), (x, {}),
+                     (long, {})]:
         assert_same_bits_as_two_pass(xx, granularity, "onchip", 20, **args)
 
 
@@ -422,6 +428,12 @@ def test_onchip_plan_holds_what_fits_and_says_what_does_not():
         assert plan.smem_bytes(2) == buffers * O.PART_BYTES and ctas * plan.smem_bytes(2) <= O.SMEM_BYTES
         threads = 128 * -(-(plan.warps + 3) // 4) if ws else 32 * plan.warps  # WS: whole warpgroups
         assert plan.maxnreg * threads * ctas <= 65536  # every program resident
+    for seqlen, heads, heads_kv, parts, chunk in ((16384, 32, 32, 128, 128), (32768, 16, 16, 256, 256),
+                                                  (16384, 32, 16, 256, 256), (16384, 32, 8, 512, 128)):
+        # v16: the WS waiter reads a slice of 129-256 parts' table entries at once, others 128 at a time (v15's)
+        plan = O.onchip_plan(meta(1, seqlen, heads, 128), 1, seqlen, heads, 128, heads_kv, False, False, sms=132)
+        kernel, const = O._kernel_and_constants(plan, False, False)
+        assert plan.ws and plan.parts == parts and const["CHUNK"] == chunk, (plan, const)
     gqa = O.onchip_plan(meta(2, 1000, 8, 64), 2, 1000, 8, 64, 2, False, False, sms=132)  # 4 query heads per part
     assert isinstance(gqa, O.OnchipPlan) and gqa.group == 4 and gqa.part_rows * 4 * 64 * 2 <= O.PART_BYTES
     assert gqa.parts == -(-1000 // gqa.part_rows) and gqa.items == 2 * 2 * gqa.parts

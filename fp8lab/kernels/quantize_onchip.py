@@ -45,6 +45,9 @@ passes 0.47). Nsight Compute counts 134 MB of HBM reads for 134 MB of x (v13). T
 not reached: at 128 MiB v14's kernel with no waiting for other programs at all stops at 0.77-0.80,
 and the warp-specialized form, whose cast warps only cast, at 0.78-0.81 (v15). Per tensor, x must
 fit on chip whole (up to ~25 MiB); there it beats two passes (0.50 against 0.39 at 16 MiB, v15).
+v16 split the 60 us at 128 MiB with copies of the kernel missing one step: loads, table waits and
+hand-overs 40, casts 5, writes of y 15.6 (per-token quantization moves the same bytes in 49); and
+reading a slice of 129-256 parts' table entries in one read, not 128 at a time, gained 3-4 points.
 `quantize_fp8(schedule="auto")` uses this kernel wherever it can run on an x of 4 MiB or more
 (faster at every size measured, v14).
 
@@ -108,6 +111,9 @@ WS_BUFFERS = 6
 WS_WORKER_REGS = 128  # registers per thread of each one-warp partition (setmaxnreg; 80 spilled a few)
 TENSOR_WARPS = 8  # per tensor (one program per SM): at 16 MiB 0.36-0.38 of copy with 8, 0.24 with 4 (v13); 0.49 (v14)
 SPINS = 4000
+# WS: a slice of 129 to WAIT_CHUNK (a power of two) parts is read from the table in one read by the waiter warp,
+# others 128 entries at a time (v15's; v16: 0.77-0.79 of copy against 0.74-0.76 for slices of 256 parts, slower for 512)
+WAIT_CHUNK = 256
 # the bench's measure of what waiting for a slice's amax costs, never set otherwise: 2 waits (right bits);
 # 1 reads the table once and casts with whatever is there; 0 reads no table (descale 1); wrong bits
 _WAIT = 2
@@ -593,13 +599,13 @@ if HAVE_GLUON:
     def _ws_waiter(X, DESCALE, TABLE, tag_slot, tag_bar, full, ready, info, stride_xr, stride_db, stride_dh,
                    pid, grid, mine, spins, geo, x_layout: gl.constexpr, i_layout: gl.constexpr,
                    PART_ROWS: gl.constexpr, SUB: gl.constexpr, G: gl.constexpr, D: gl.constexpr,
-                   BUFFERS: gl.constexpr, VARLEN: gl.constexpr):
+                   BUFFERS: gl.constexpr, VARLEN: gl.constexpr, CHUNK: gl.constexpr):
         """One warp: takes the launch's tag from the amax warp; for part k, once it has landed (so
         its own entry is on the way), waits until its slice's TABLE entries are all set, stores the
         slice's descale (its first part), and hands the cast warps (descale bits, kv head, rows
-        left, first row) in `info[k % BUFFERS]`."""
+        left, first row) in `info[k % BUFFERS]`. CHUNK: table entries read at once (v16: a slice of
+        up to WAIT_CHUNK parts in one read; v15 read 128 at a time, one read after another)."""
         parts, _, _, _, _ = geo
-        CHUNK: gl.constexpr = 128
         i = gl.arange(0, 4, layout=i_layout)
         mbarrier.wait(tag_bar, 0)
         tab = (TABLE, gl.sum(tag_slot.load(gl.BlockedLayout([1], [32], [1], [0])), 0))
@@ -645,7 +651,8 @@ if HAVE_GLUON:
                           items, parts, n_kv, slices, seqlen, spins,
                           BOX_ROWS: gl.constexpr, ROW_BOXES: gl.constexpr, G: gl.constexpr, D: gl.constexpr,
                           BUFFERS: gl.constexpr, SUB: gl.constexpr, SUB_ONE: gl.constexpr, VARLEN: gl.constexpr,
-                          NUM_WARPS: gl.constexpr, VEC: gl.constexpr, PAIRS: gl.constexpr, WORKER_REGS: gl.constexpr):
+                          NUM_WARPS: gl.constexpr, VEC: gl.constexpr, PAIRS: gl.constexpr, WORKER_REGS: gl.constexpr,
+                          CHUNK: gl.constexpr):
         """Per head, warp-specialized (v15): the same parts, table and bits as `_onchip_kernel`, each
         step in its own warps, linked by mbarriers per buffer. A loader warp issues the TMA copies;
         an amax warp publishes each part's amax as soon as it lands; a waiter warp waits for the
@@ -686,7 +693,8 @@ if HAVE_GLUON:
             (_ws_amax, (bufs, full, TABLE, TICKET, tag_slot, tag_bar, pid, grid, mine, geo, amax_layout, BOX_ROWS,
                         ROW_BOXES, G, D, BUFFERS, SUB_ONE, VARLEN, PAIRS, W)),
             (_ws_waiter, (X, DESCALE, TABLE, tag_slot, tag_bar, full, ready, info, stride_xr, stride_db, stride_dh,
-                          pid, grid, mine, spins, geo, x_layout, i_one, PART_ROWS, SUB_ONE, G, D, BUFFERS, VARLEN)),
+                          pid, grid, mine, spins, geo, x_layout, i_one, PART_ROWS, SUB_ONE, G, D, BUFFERS, VARLEN,
+                          CHUNK)),
         ], [1, 1, 1], [WORKER_REGS, WORKER_REGS, WORKER_REGS])
 
 
@@ -734,7 +742,8 @@ def _kernel_and_constants(plan: OnchipPlan, per_tensor: bool, varlen: bool):
                  BUFFERS=plan.buffers, SUB=plan.sub_rows, VARLEN=varlen, NUM_WARPS=plan.warps, VEC=plan.vec,
                  PAIRS=plan.pairs)
     if plan.ws:
-        return _onchip_ws_kernel, dict(const, SUB_ONE=plan.sub_rows_one, WORKER_REGS=WS_WORKER_REGS)
+        chunk = WAIT_CHUNK if 128 < plan.parts <= WAIT_CHUNK else 128
+        return _onchip_ws_kernel, dict(const, SUB_ONE=plan.sub_rows_one, WORKER_REGS=WS_WORKER_REGS, CHUNK=chunk)
     return _onchip_kernel, dict(const, LEAD=plan.lead, PER_TENSOR=per_tensor, WAIT=_WAIT)
 
 
