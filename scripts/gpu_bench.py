@@ -371,7 +371,7 @@ def quant(run: Run) -> None:
                     WAIT_CHUNK=256)
         v15_waits = dict(WAIT_CHUNK=128)
         onchip = [dict(base, **change) for change in (
-            {}, v15_waits, dict(WS=False), dict(WS=False, **v15_waits), dict(WS_FROM_BYTES=0), dict(WS_FROM_BYTES=0, WARPS=8),
+            {}, v15_waits, dict(WS=False), dict(WS_FROM_BYTES=0), dict(WS_FROM_BYTES=0, WARPS=8),
             dict(WS_FROM_BYTES=0, WS_CTAS_PER_SM=2, WS_BUFFERS=3),
             dict(WS=False, ALIGN=False), dict(WS=False, PAIRS=False), dict(WS=False, VEC=16),
             dict(WS=False, PART_BYTES=64 << 10, WARPS=8, CTAS_PER_SM=1),

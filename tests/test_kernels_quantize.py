@@ -432,7 +432,7 @@ def test_onchip_plan_holds_what_fits_and_says_what_does_not():
                                                   (16384, 32, 16, 256, 256), (16384, 32, 8, 512, 128)):
         # v16: the WS waiter reads a slice of 129-256 parts' table entries at once, others 128 at a time (v15's)
         plan = O.onchip_plan(meta(1, seqlen, heads, 128), 1, seqlen, heads, 128, heads_kv, False, False, sms=132)
-        kernel, const = O._kernel_and_constants(plan, False, False)
+        const = O._kernel_and_constants(plan, False, False)[1]
         assert plan.ws and plan.parts == parts and const["CHUNK"] == chunk, (plan, const)
     gqa = O.onchip_plan(meta(2, 1000, 8, 64), 2, 1000, 8, 64, 2, False, False, sms=132)  # 4 query heads per part
     assert isinstance(gqa, O.OnchipPlan) and gqa.group == 4 and gqa.part_rows * 4 * 64 * 2 <= O.PART_BYTES
