@@ -38,6 +38,7 @@ live_head_dim: int = 128
 # *Setup (skippable): imports and paths.*
 
 # %%
+import json
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -235,7 +236,7 @@ graph[graph["version"].isin(["v14", "v15"])].pivot_table(index="kernel", columns
 #   nothing else it stays at 78-81 %, about where v14's kernel without waiting stopped. v16 timed
 #   copies of the kernel with one step switched off (`results/h200/run13/`): of its 60 us at
 #   128 MiB, reading x, waiting for the table and handing parts over take 40, casting 5 and
-#   writing y 15.6, as if writes and reads took turns; per-token quantization moves the same
+#   writing y 15.5, as if writes and reads took turns; per-token quantization moves the same
 #   bytes in 49. Reading a slice's table entries in one read gained 3-4 points where slices have
 #   129-256 parts (77-79 %); parts spanning two or four kv heads were slower in every form.
 # - `schedule="fused"` (v7): one launch whose cast items trail their amax items by a
@@ -297,6 +298,30 @@ fresh.pivot_table(index="kernel", columns="_fresh_table", values="frac_copy_grap
                   aggfunc=lambda runs: [round(r, 3) for r in runs])
 
 # %% [markdown]
+# v16 took the kernel apart instead of tuning it (`results/h200/run13/`, call 1): copies of the
+# warp-specialized kernel, each with one step switched off by a source edit (wrong bits by
+# design), timed at 128 MiB with one kv head per part, three interleaved repeats. `loads-only`
+# keeps the TMA loads, the table waits and the hand-overs to the cast warps; `no-store` adds the
+# amaxes and the casts; `no-amax` has everything but the amaxes. What a step costs is the
+# difference of two rows (exercise 6):
+
+# %%
+split_rows = ["diag loads-only span1", "diag no-store span1", "diag no-amax span1", "ws span1 b6", "per-token",
+              "torch amax (reads only)"]
+split_path = rdir / "run13" / "call1" / "probe_v16.json"
+split = pd.DataFrame(json.loads(split_path.read_text())["rows"]) if split_path.exists() else None
+if split is not None:
+    split = split[(split["heads_kv"] == 32) & split["kernel"].isin(split_rows)].copy()
+    split["us"] = split["ms_graph"] * 1e3
+    display(split.pivot_table(index="kernel", columns="rep", values="us").reindex(split_rows))  # noqa: F821 - IPython
+else:
+    print(f"{split_path} is not in this results directory")
+
+# %% [markdown]
+# Reading, waiting and handing over take about 40 us, the casts about 5 more, and the stores of y
+# about 15 more: 64 MiB of writes at about a copy's rate, as if writes and reads took turns.
+# Per-token quantization moves the same bytes in 49 us.
+#
 # And the fused kernel's (v7: tile size, warps, how far the casts trail):
 
 # %%
@@ -367,6 +392,8 @@ else:
 # 5. In v15's knob sweep at 128 MiB with 4 query heads per kv head ("per-head GQA4 onchip"), how
 #    many times faster than v14's kernel (`ws=False`) is the warp-specialized one, both with 32 KiB
 #    parts and 4 warps? Set `answer_5` to v14's mean time over the warp-specialized mean time.
+# 6. From v16's split at 128 MiB, how many microseconds do the stores of y add to the kernel? Set
+#    `answer_6` to the mean time of `ws span1 b6` (the kernel) minus that of `diag no-store span1`.
 
 # %%
 answer_1 = None  # FLOP per byte
@@ -374,6 +401,7 @@ answer_2 = None  # a head dim
 answer_3 = None  # a count
 answer_4 = None  # a fraction of copy
 answer_5 = None  # a speed-up
+answer_6 = None  # microseconds
 
 # %% tags=["solution", "hide-input"]
 # Solution (collapsed): computed, not typed in.
@@ -394,6 +422,9 @@ gqa = quant[(quant["version"] == "v15") & (quant["kernel"] == "per-head GQA4 onc
             & quant["size"].str.contains("128 MiB") & (quant["part_bytes"] == 32 << 10) & (quant["warps"] == 4)]
 if answer_5 is None:
     answer_5 = gqa[gqa["ws"].eq(False)]["ms_graph"].mean() / gqa[gqa["ws"].eq(True)]["ms_graph"].mean()
+if answer_6 is None and split is not None:
+    answer_6 = (split[split["kernel"] == "ws span1 b6"]["us"].mean()
+                - split[split["kernel"] == "diag no-store span1"]["us"].mean())
 
 # %%
 c = cases["4x4096x32x64"]
@@ -408,3 +439,7 @@ assert abs(answer_5 - times[False] / times[True]) < 0.01, "v14's time over the w
 print(f"1: {answer_1:.0f} FLOP/byte   2: head_dim {answer_2}   3: {answer_3} cases   "
       f"4: waiting costs {answer_4:.3f} of copy (without it: {waits[0]:.2f})   "
       f"5: warp-specialized {answer_5:.2f}x v14's kernel (GQA4, 128 MiB)")
+if split is not None:
+    split_us = split.groupby("kernel")["us"].mean()
+    assert abs(answer_6 - (split_us["ws span1 b6"] - split_us["diag no-store span1"])) < 0.05, "kernel minus no-store"
+    print(f"6: the stores of y add {answer_6:.1f} us of the kernel's {split_us['ws span1 b6']:.1f}")

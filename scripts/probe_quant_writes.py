@@ -4,7 +4,7 @@ the on-chip kernel at 80 % of copy?
     PYTHONPATH=. python3 scripts/probe_quant_writes.py OUT.json
 
 v16 (docs/kernel-notes.md) split the warp-specialized kernel's 60 us at 128 MiB: loads, table
-waits and hand-overs 40, casts 5, writes of y 15.6, while per-token quantization moves the same
+waits and hand-overs 40, casts 5, writes of y 15.5, while per-token quantization moves the same
 bytes in 49. Per head, a part's y is 128 bytes of every 4 KiB row. This times copies of
 `fp8lab.kernels.quantize_onchip` whose y stores differ (one source edit each, as run13's probes):
 - `y-cs`, `y-evict-first`, `y-evict-last`: the same stores with a cache hint (same bits);

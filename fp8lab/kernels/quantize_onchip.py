@@ -46,7 +46,7 @@ not reached: at 128 MiB v14's kernel with no waiting for other programs at all s
 and the warp-specialized form, whose cast warps only cast, at 0.78-0.81 (v15). Per tensor, x must
 fit on chip whole (up to ~25 MiB); there it beats two passes (0.50 against 0.39 at 16 MiB, v15).
 v16 split the 60 us at 128 MiB with copies of the kernel missing one step: loads, table waits and
-hand-overs 40, casts 5, writes of y 15.6 (per-token quantization moves the same bytes in 49); and
+hand-overs 40, casts 5, writes of y 15.5 (per-token quantization moves the same bytes in 49); and
 reading a slice of 129-256 parts' table entries in one read, not 128 at a time, gained 3-4 points.
 `quantize_fp8(schedule="auto")` uses this kernel wherever it can run on an x of 4 MiB or more
 (faster at every size measured, v14).
