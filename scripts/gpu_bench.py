@@ -264,9 +264,9 @@ def quant(run: Run) -> None:
     and 16 MiB (v7: the fused per-head / per-tensor schedule against two passes, and its knobs;
     v13: the on-chip schedule, its bits against two passes, its fallback, and its knobs; v14: its
     bf16 pairs, its rounds of whole slices, and what its waiting costs; v15: its warp-specialized
-    form, and 4 query heads per kv head; v16: the waiter's one read of a slice's table entries).
-    v9's resident schedule and
-    its knobs were measured with this script at commit b1c3a16 (notes, v9)."""
+    form, and 4 query heads per kv head; v16: the waiter's one read of a slice's table entries;
+    v17: 64 KiB parts for 4 query heads per kv head). v9's resident schedule and its knobs were
+    measured with this script at commit b1c3a16 (notes, v9)."""
     import fp8lab.kernels.quantize as Qm
     import fp8lab.kernels.quantize_onchip as Om
     from fp8lab.formats import cast_to_fp8
@@ -365,10 +365,10 @@ def quant(run: Run) -> None:
         # v15: the warp-specialized kernel (WS) at every size (WS_FROM_BYTES=0) or none (WS=False), its programs
         # per SM and buffers, v14's kernel with one program of 8 warps and 64 KiB parts per SM, and a zeroed
         # table per call (_FRESH_TABLE, v14's way) against the tagged one kept across calls
-        # v16: v15's waiter, reading the table 128 entries at a time
+        # v16: v15's waiter, reading the table 128 entries at a time; v17: GQA4 below 64 MiB with v16's parts
         base = dict(PART_BYTES=32 << 10, BUFFERS=3, LEAD=1, WARPS=4, CTAS_PER_SM=2, PAIRS=True, VEC=8, ALIGN=True,
                     _WAIT=2, WS=True, WS_FROM_BYTES=64 << 20, WS_CTAS_PER_SM=1, WS_BUFFERS=6, _FRESH_TABLE=False,
-                    WAIT_CHUNK=256)
+                    WAIT_CHUNK=256, GROUP_FROM=4, GROUP_PART_BYTES=64 << 10, GROUP_WARPS=8)
         v15_waits = dict(WAIT_CHUNK=128)
         onchip = [dict(base, **change) for change in (
             {}, v15_waits, dict(WS=False), dict(WS_FROM_BYTES=0), dict(WS_FROM_BYTES=0, WARPS=8),
@@ -379,8 +379,10 @@ def quant(run: Run) -> None:
             dict(WS=False, _FRESH_TABLE=True), {}, dict(WS=False))]  # the first two again: spread
         knob_sweep(rows, Om, onchip, lambda: quantize_fp8(x, "head", schedule="onchip"), 3 * n, copy_bw,
                    dict(size=size, kernel="per-head onchip"))
-        gqa = [dict(base, **change) for change in ({}, v15_waits, dict(WS=False), dict(WS_FROM_BYTES=0),
-                                                   dict(WS=False, PART_BYTES=64 << 10, WARPS=8, CTAS_PER_SM=1))]
+        # (v15's explicit 64 KiB / 8 warps / 1 program row is v17's GQA parts now: below 64 MiB the default,
+        # above it `WS=False`)
+        gqa = [dict(base, **change) for change in ({}, dict(GROUP_FROM=99), v15_waits, dict(WS=False),
+                                                   dict(WS_FROM_BYTES=0))]
         knob_sweep(rows, Om, gqa, lambda: quantize_fp8(x, "head", heads_kv=heads // 4, schedule="onchip"), 3 * n,
                    copy_bw, dict(size=size, kernel="per-head GQA4 onchip"))
         if heads != 32:

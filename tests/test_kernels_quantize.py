@@ -435,8 +435,14 @@ def test_onchip_plan_holds_what_fits_and_says_what_does_not():
         const = O._kernel_and_constants(plan, False, False)[1]
         assert plan.ws and plan.parts == parts and const["CHUNK"] == chunk, (plan, const)
     gqa = O.onchip_plan(meta(2, 1000, 8, 64), 2, 1000, 8, 64, 2, False, False, sms=132)  # 4 query heads per part
-    assert isinstance(gqa, O.OnchipPlan) and gqa.group == 4 and gqa.part_rows * 4 * 64 * 2 <= O.PART_BYTES
+    assert isinstance(gqa, O.OnchipPlan) and gqa.group == 4 and gqa.part_rows * 4 * 64 * 2 <= O.GROUP_PART_BYTES
     assert gqa.parts == -(-1000 // gqa.part_rows) and gqa.items == 2 * 2 * gqa.parts
+    for heads_kv, wide in ((2, True), (4, False)):  # v17: from GROUP_FROM query heads per part, GROUP_* parts
+        plan = O.onchip_plan(meta(1, 16384, 8, 128), 1, 16384, 8, 128, heads_kv, False, False, sms=132)
+        part = O.GROUP_PART_BYTES if wide else O.PART_BYTES
+        assert (plan.part_rows * plan.group * 128 * 2, plan.warps) == (part, O.GROUP_WARPS if wide else O.WARPS)
+        assert plan.grid <= 132 * (1 if wide else O.CTAS_PER_SM) and not plan.ws
+        assert plan.maxnreg * 32 * plan.warps * (1 if wide else O.CTAS_PER_SM) <= 65536
     for seqlen, parts, grid in ((12800, 100, 264), (8448, 66, 264)):  # 200 of 264 would idle too many
         odd = O.onchip_plan(meta(1, seqlen, 8, 128), 1, seqlen, 8, 128, 8, False, False, sms=132)
         assert (odd.parts, odd.grid) == (parts, grid)

@@ -48,6 +48,12 @@ fit on chip whole (up to ~25 MiB); there it beats two passes (0.50 against 0.39 
 v16 split the 60 us at 128 MiB with copies of the kernel missing one step: loads, table waits and
 hand-overs 40, casts 5, writes of y 15.5 (per-token quantization moves the same bytes in 49); and
 reading a slice of 129-256 parts' table entries in one read, not 128 at a time, gained 3-4 points.
+v17 found where the rest of the 85 % goes: on the same bytes laid out so that each slice is
+contiguous memory (viewed as 32 sequences x 1 head) the same kernel, plan and waits reach 0.86; a
+part of token-major x is 256 bytes of every row (0.82 with rows 2 KiB apart, 0.79 with x's 8 KiB).
+TMA stores of y and cache hints did not help. With 4 or more query heads per part (GROUP_FROM),
+below WS_FROM_BYTES, one program of 8 warps per SM with 64 KiB parts: +4-7 points (0.66-0.71 of
+copy at 32 MiB, 0.44-0.46 at 16 MiB with 4 query heads per kv head).
 `quantize_fp8(schedule="auto")` uses this kernel wherever it can run on an x of 4 MiB or more
 (faster at every size measured, v14).
 
@@ -109,6 +115,12 @@ WS_FROM_BYTES = 64 << 20
 WS_CTAS_PER_SM = 1
 WS_BUFFERS = 6
 WS_WORKER_REGS = 128  # registers per thread of each one-warp partition (setmaxnreg; 80 spilled a few)
+# per head below WS_FROM_BYTES, parts of GROUP_FROM or more query heads (GQA): GROUP_PART_BYTES parts, GROUP_WARPS
+# warps and one program per SM (v17: 4 query heads per kv head +4-7 points from 8 to 32 MiB, 0.66-0.71 of copy
+# at 32 MiB against 0.61-0.64; 2 query heads no better; one, 0.74 against 0.82 at 32 MiB)
+GROUP_FROM = 4
+GROUP_PART_BYTES = 64 << 10
+GROUP_WARPS = 8
 TENSOR_WARPS = 8  # per tensor (one program per SM): at 16 MiB 0.36-0.38 of copy with 8, 0.24 with 4 (v13); 0.49 (v14)
 SPINS = 4000
 # WS: a slice of 129 to WAIT_CHUNK (a power of two) parts is read from the table in one read by the waiter warp,
@@ -200,7 +212,8 @@ def onchip_plan(x: torch.Tensor, batch: int, seqlen: int, heads: int, head_dim: 
     slices = batch * heads_kv
     longest = max(seqlen, 1)
     ws = WS and not per_tensor and x.numel() * es >= WS_FROM_BYTES
-    ctas = 1 if per_tensor else WS_CTAS_PER_SM if ws else CTAS_PER_SM
+    wide = not per_tensor and not ws and group >= GROUP_FROM  # GQA parts: GROUP_* (v17)
+    ctas = 1 if per_tensor or wide else WS_CTAS_PER_SM if ws else CTAS_PER_SM
     sms *= ctas
     if per_tensor:  # one round: all of x on chip at once, in parts spread over as many SMs as there are
         if slices > sms:
@@ -208,7 +221,7 @@ def onchip_plan(x: torch.Tensor, batch: int, seqlen: int, heads: int, head_dim: 
         buffers, budget = 1, SMEM_BYTES
         part_rows = triton.cdiv(longest, sms // slices)
     else:
-        buffers, budget = WS_BUFFERS if ws else BUFFERS, PART_BYTES
+        buffers, budget = WS_BUFFERS if ws else BUFFERS, GROUP_PART_BYTES if wide else PART_BYTES
         part_rows = budget // row_bytes
     if row_bytes > budget:
         return f"one token's {group} heads ({row_bytes} bytes) exceed a part ({budget} bytes)"
@@ -232,7 +245,7 @@ def onchip_plan(x: torch.Tensor, batch: int, seqlen: int, heads: int, head_dim: 
         return (f"{ctas} programs per SM with {buffers} parts of {part_rows * row_bytes >> 10} KiB exceed an SM's "
                 f"{SM90_SMEM_PER_SM >> 10} KiB of shared memory")
     items = slices * parts
-    warps = TENSOR_WARPS if per_tensor else WARPS
+    warps = TENSOR_WARPS if per_tensor else GROUP_WARPS if wide else WARPS
     grid = min(items, sms)
     if ALIGN and not per_tensor and grid // parts * parts * 16 >= grid * 15:
         grid = grid // parts * parts  # each round of parts then covers whole slices: fewer programs wait across rounds
