@@ -238,7 +238,9 @@ graph[graph["version"].isin(["v14", "v15"])].pivot_table(index="kernel", columns
 #   128 MiB, reading x, waiting for the table and handing parts over take 40, casting 5 and
 #   writing y 15.5, as if writes and reads took turns; per-token quantization moves the same
 #   bytes in 49. Reading a slice's table entries in one read gained 3-4 points where slices have
-#   129-256 parts (77-79 %); parts spanning two or four kv heads were slower in every form.
+#   129-256 parts (77-79 %); parts spanning two or four kv heads were slower in every form. v17:
+#   on the same bytes laid out so that each slice is contiguous memory the kernel reaches 86 %;
+#   the token-major layout, not a step of the kernel, holds it at 79 %.
 # - `schedule="fused"` (v7): one launch whose cast items trail their amax items by a
 #   quarter of the L2, so the cast re-reads from L2. Nsight Compute measured its HBM
 #   traffic at 147 MB read for 134 MB of input (two passes: 268 MB), yet it reaches only
@@ -322,6 +324,29 @@ else:
 # about 15 more: 64 MiB of writes at about a copy's rate, as if writes and reads took turns.
 # Per-token quantization moves the same bytes in 49 us.
 #
+# v17 (`results/h200/run14/`) wrote y by TMA stores from shared memory and with cache hints: no
+# faster. Then it ran the same kernel on the same 128 MiB viewed as 1 x 32, 4 x 8, 16 x 2 and
+# 32 x 1 sequences x heads (call 2): the plan, the parts and the table waits are the same, only the
+# distance between the 256-byte rows of a part changes. In the last view each part is 32 KiB of
+# contiguous memory:
+
+# %%
+layout_path = rdir / "run14" / "call2" / "probe_layout.json"
+layout = pd.DataFrame(json.loads(layout_path.read_text())["rows"]) if layout_path.exists() else None
+if layout is not None:
+    display(layout.pivot_table(index="kernel", columns="rep", values="frac_copy_graph",  # noqa: F821 - IPython
+                               sort=False).round(3))
+else:
+    print(f"{layout_path} is not in this results directory")
+
+# %% [markdown]
+# Where a slice is contiguous the kernel passes the 85 % target; x's token-major layout, the one
+# FA3 and vLLM use, costs it about 7 points, and no step of the kernel changes where the bytes
+# lie. Loading two or three parts at a time, so that adjacent heads' rows reach DRAM together, was
+# slower: the loader then waits for two or three free buffers. v17 also gave Q under GQA (4 query
+# heads per kv head) one program of 8 warps per SM with 64 KiB parts below 64 MiB: +4-7 points
+# (`run14/call3`).
+#
 # And the fused kernel's (v7: tile size, warps, how far the casts trail):
 
 # %%
@@ -374,7 +399,8 @@ else:
 # - Attention is compute-bound; at small head dims the exp2 unit, not the tensor cores, is the wall.
 # - Static-scale quantization runs at copy speed; per-head scales held on chip read x once
 #   (79 % of copy against 51 % for two passes; 71 % in v13, 77 % in v14; v16 found a quarter of
-#   its time in writing y), per-tensor scales still
+#   its time in writing y; v17: 86 % where each slice is contiguous memory, so the token-major
+#   layout costs 7 points), per-tensor scales still
 #   cost a second pass at 128 MiB (on chip where x fits, up to ~25 MiB).
 # - vLLM's slow FP8 path at head dim 256 is its build, not the varlen entry: fa3-fwd's varlen is fast.
 #
@@ -394,6 +420,8 @@ else:
 #    parts and 4 warps? Set `answer_5` to v14's mean time over the warp-specialized mean time.
 # 6. From v16's split at 128 MiB, how many microseconds do the stores of y add to the kernel? Set
 #    `answer_6` to the mean time of `ws span1 b6` (the kernel) minus that of `diag no-store span1`.
+# 7. From v17's layout probe, what does x's token-major layout cost the kernel? Set `answer_7` to
+#    the mean fraction of copy of `rows 256 B` (contiguous parts) minus that of `rows 8192 B` (x).
 
 # %%
 answer_1 = None  # FLOP per byte
@@ -402,6 +430,7 @@ answer_3 = None  # a count
 answer_4 = None  # a fraction of copy
 answer_5 = None  # a speed-up
 answer_6 = None  # microseconds
+answer_7 = None  # a fraction of copy
 
 # %% tags=["solution", "hide-input"]
 # Solution (collapsed): computed, not typed in.
@@ -425,6 +454,9 @@ if answer_5 is None:
 if answer_6 is None and split is not None:
     answer_6 = (split[split["kernel"] == "ws span1 b6"]["us"].mean()
                 - split[split["kernel"] == "diag no-store span1"]["us"].mean())
+if answer_7 is None and layout is not None:
+    answer_7 = (layout[layout["kernel"] == "rows 256 B"]["frac_copy_graph"].mean()
+                - layout[layout["kernel"] == "rows 8192 B"]["frac_copy_graph"].mean())
 
 # %%
 c = cases["4x4096x32x64"]
@@ -443,3 +475,8 @@ if split is not None:
     split_us = split.groupby("kernel")["us"].mean()
     assert abs(answer_6 - (split_us["ws span1 b6"] - split_us["diag no-store span1"])) < 0.05, "kernel minus no-store"
     print(f"6: the stores of y add {answer_6:.1f} us of the kernel's {split_us['ws span1 b6']:.1f}")
+if layout is not None:
+    frac = layout.groupby("kernel")["frac_copy_graph"].mean()
+    assert abs(answer_7 - (frac["rows 256 B"] - frac["rows 8192 B"])) < 0.002, "contiguous minus token-major"
+    print(f"7: the token-major layout costs {answer_7:.3f} of copy ({frac['rows 8192 B']:.3f} against "
+          f"{frac['rows 256 B']:.3f} for contiguous slices)")
