@@ -124,6 +124,26 @@ def test_varlen_per_head_per_sequence(schedule):
     assert dt.shape == (60, 2) and torch.equal(dt.cpu(), ieee_div(xf.abs().amax(-1), torch.tensor(448.0)))
 
 
+def test_head_major_x_keeps_its_layout_and_bits(schedule):
+    """v17: x (b, s, h, d) stored as (b, h, s, d), as `t.transpose(1, 2)` of PyTorch SDPA's layout,
+    is quantized as its contiguous (sequence, kv head) slices: the same descales and bits as the
+    token-major copy of x, with y head-major like x, at every granularity, with and without GQA."""
+    gen = torch.Generator().manual_seed(21)
+    x = inputs(gen, 2, 4, 37, 32).transpose(1, 2)  # (b, h, s, d) memory
+    x[1, 5, 3, 7] = -0.0
+    for granularity, heads_kv in (("head", 4), ("head", 2), ("head", 1), ("tensor", 2), ("token", 4)):
+        y, d = quantize_fp8(x, granularity, heads_kv=heads_kv, schedule=schedule)
+        y2, d2 = quantize_fp8(x.contiguous(), granularity, heads_kv=heads_kv, schedule=schedule)
+        assert y.shape == x.shape and y.stride() == x.stride() and y.dtype == torch.float8_e4m3fn
+        assert d.shape == d2.shape and torch.equal(d, d2) and torch.equal(bits(y), bits(y2)), (granularity, heads_kv)
+        if granularity == "tensor":
+            assert d.stride() == (0, 0)
+    ys, ds = quantize_fp8_static(x, 0.0123, heads_kv=2)
+    ys2, ds2 = quantize_fp8_static(x.contiguous(), 0.0123, heads_kv=2)
+    assert ys.stride() == x.stride() and torch.equal(bits(ys), bits(ys2)) and torch.equal(ds, ds2)
+    assert bits(y)[1, 5, 3, 7] == 0x80
+
+
 @pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")  # the interpreter's inf / inf
 @pytest.mark.parametrize("granularity,schedule", [("head", "two-pass"), ("head", "fused"), ("head", "onchip"),
                                                   ("tensor", "two-pass"), ("tensor", "fused"), ("tensor", "onchip"),
@@ -325,6 +345,24 @@ def test_onchip_waits_hold_on_gpu(granularity, spins, ws, monkeypatch):
     for xx, args in [(x, dict(heads_kv=4)), (xv, dict(cu_seqlens=cu)), (xv, dict(cu_seqlens=cu, heads_kv=2)), (x, {}),
                      (long, {})]:
         assert_same_bits_as_two_pass(xx, granularity, "onchip", 20, **args)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("ws", [False, True])
+def test_onchip_takes_head_major_x_on_gpu(ws, monkeypatch):
+    """v17: head-major x on chip (its slices contiguous blocks, the plan of b x kv heads sequences
+    of one head) gives the bits and descales of two passes over its token-major copy, y head-major;
+    ws: the warp-specialized kernel. Slices of 1, 2 and 8 query heads; 3000 tokens leave short parts."""
+    skip_unless_runs("onchip")
+    if ws:
+        monkeypatch.setattr(O, "WS_FROM_BYTES", 0)
+    gen = torch.Generator().manual_seed(13)
+    x = inputs(gen, 2, 8, 3000, 128).transpose(1, 2)
+    for granularity, heads_kv in (("head", 8), ("head", 4), ("head", 1), ("tensor", 8)):
+        y2, d2 = quantize_fp8(x.contiguous(), granularity, heads_kv=heads_kv, schedule="two-pass")
+        for _ in range(5):
+            y, d = quantize_fp8(x, granularity, heads_kv=heads_kv, schedule="onchip")
+            assert y.stride() == x.stride() and torch.equal(d, d2) and torch.equal(bits(y), bits(y2)), heads_kv
 
 
 @pytest.mark.gpu

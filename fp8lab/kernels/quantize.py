@@ -326,6 +326,21 @@ def _layout(x: torch.Tensor, cu_seqlens: torch.Tensor | None):
     return len(cu) - 1, seqlen, x.shape[1], x.shape[2], (0, x.stride(0), x.stride(1))
 
 
+def _head_major(x: torch.Tensor, cu_seqlens: torch.Tensor | None) -> bool:
+    """Batched x (b, s, h, d) stored as a contiguous (b, h, s, d), e.g. PyTorch SDPA's layout
+    transposed: each (sequence, head) is then one contiguous block."""
+    return (cu_seqlens is None and x.dim() == 4 and x.numel() > 0 and not x.is_contiguous()
+            and x.permute(0, 2, 1, 3).is_contiguous())
+
+
+def _empty_fp8(x: torch.Tensor, cu_seqlens: torch.Tensor | None) -> torch.Tensor:
+    """y for x: float8_e4m3fn in x's shape, head-major where x is (`_head_major`), else contiguous."""
+    if _head_major(x, cu_seqlens):
+        b, s, h, d = x.shape
+        return torch.empty((b, h, s, d), dtype=torch.float8_e4m3fn, device=x.device).permute(0, 2, 1, 3)
+    return torch.empty(x.shape, dtype=torch.float8_e4m3fn, device=x.device)
+
+
 def _heads_kv(heads: int, heads_kv: int | None) -> int:
     hk = heads if heads_kv is None else int(heads_kv)
     if hk < 1 or heads % hk:
@@ -424,7 +439,10 @@ def quantize_fp8(
       "fused"    one launch: each tile's cast trails its amax by about a quarter of the L2,
                  so HBM is read about once (per tensor: only when x fits in L2). Faster per
                  head at 128 MiB on an H200, slower at 32 MiB and per tensor (module doc).
-    Returns (x_fp8 float8_e4m3fn in x's shape, descale float32), x ~= x_fp8 * descale.
+    Returns (x_fp8 float8_e4m3fn in x's shape, descale float32), x ~= x_fp8 * descale. A
+    batched x stored head-major, as (b, h, s, d) (`x = t.transpose(1, 2)`), is quantized as the
+    contiguous slices it is (batch x kv heads sequences of one head: one pass reads contiguous
+    blocks, v17), and x_fp8 is head-major too; any other x gives a contiguous x_fp8.
     """
     if granularity not in ("tensor", "head", "token"):
         raise ValueError(f"granularity: expected 'tensor', 'head' or 'token', got {granularity!r}")
@@ -432,6 +450,8 @@ def quantize_fp8(
         raise ValueError(f"schedule: expected 'auto', 'onchip', 'fused' or 'two-pass', got {schedule!r}")
     batch, seqlen, heads, d, strides = _layout(x, cu_seqlens)
     hk = _heads_kv(heads, heads_kv)
+    if _head_major(x, cu_seqlens):
+        return _quantize_head_major(x, granularity, hk, round_in_fp32, schedule)
     round_p = triton_interpret() if round_in_fp32 is None else bool(round_in_fp32)
     y = torch.empty(x.shape, dtype=torch.float8_e4m3fn, device=x.device)
     y_strides = (0,) + y.stride()[:2] if cu_seqlens is not None else y.stride()[:3]
@@ -475,6 +495,23 @@ def quantize_fp8(
     return y, descale
 
 
+def _quantize_head_major(x: torch.Tensor, granularity: Granularity, hk: int, round_in_fp32: bool | None,
+                         schedule: Schedule) -> tuple[torch.Tensor, torch.Tensor]:
+    """`quantize_fp8` of head-major x (`_head_major`) as a contiguous x of b * hk sequences of
+    group * s tokens and one head (a view): each such sequence is one (sequence, kv head) slice,
+    so every schedule reads contiguous blocks, and y, the same view back, is head-major."""
+    b, s, h, d = x.shape
+    g = h // hk
+    flat = x.permute(0, 2, 1, 3).reshape(b * hk, g * s, 1, d)
+    y, descale = quantize_fp8(flat, granularity, round_in_fp32=round_in_fp32, schedule=schedule)
+    y = y.view(b, h, s, d).permute(0, 2, 1, 3)
+    if granularity == "token":  # (b * hk, g * s, 1) -> (b, s, h)
+        return y, descale.view(b, h, s).permute(0, 2, 1)
+    if granularity == "tensor":  # a stride-0 expand of one value
+        return y, descale[:1, :1].expand(b, hk)
+    return y, descale.view(b, hk)
+
+
 def quantize_fp8_static(
     x: torch.Tensor,
     scale: torch.Tensor | float,
@@ -487,7 +524,8 @@ def quantize_fp8_static(
 
     scale: a positive float or one-element float32 tensor (the checkpoint's q_scale).
     Returns (x_fp8, descale) with descale = scale expanded to (batch, heads_kv), stride 0,
-    exactly what vLLM passes to FA3 as q_descale.
+    exactly what vLLM passes to FA3 as q_descale; x_fp8 is head-major where x is (as in
+    `quantize_fp8`), else contiguous.
     """
     batch, seqlen, heads, d, strides = _layout(x, cu_seqlens)
     hk = _heads_kv(heads, heads_kv)
@@ -507,7 +545,7 @@ def quantize_fp8_static(
         s = torch.full((1, 1), float(scale), dtype=torch.float32, device=x.device)
     descale = s.expand(batch, hk)
     round_p = triton_interpret() if round_in_fp32 is None else bool(round_in_fp32)
-    y = torch.empty(x.shape, dtype=torch.float8_e4m3fn, device=x.device)
+    y = _empty_fp8(x, cu_seqlens)
     y_strides = (0,) + y.stride()[:2] if cu_seqlens is not None else y.stride()[:3]
     cu = cu_seqlens if cu_seqlens is not None else x  # an unused placeholder when batched
     sizes, grid = _launch_sizes(x, heads, d, seqlen, batch)
