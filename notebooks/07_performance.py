@@ -342,7 +342,9 @@ else:
 # %% [markdown]
 # Where a slice is contiguous the kernel passes the 85 % target; x's token-major layout, the one
 # FA3 and vLLM use, costs it about 7 points, and no step of the kernel changes where the bytes
-# lie. Loading two or three parts at a time, so that adjacent heads' rows reach DRAM together, was
+# lie. An x stored head-major, (b, h, s, d) as in PyTorch's SDPA, is that contiguous case:
+# `quantize_fp8` now quantizes it through that view and returns a head-major y, at 0.85-0.86 of
+# copy per head (`run14/call6`). Loading two or three parts at a time, so that adjacent heads' rows reach DRAM together, was
 # slower: the loader then waits for two or three free buffers. v17 also gave Q under GQA (4 query
 # heads per kv head) one program of 8 warps per SM with 64 KiB parts below 64 MiB: +4-7 points
 # (`run14/call3`).
@@ -400,7 +402,7 @@ else:
 # - Static-scale quantization runs at copy speed; per-head scales held on chip read x once
 #   (79 % of copy against 51 % for two passes; 71 % in v13, 77 % in v14; v16 found a quarter of
 #   its time in writing y; v17: 86 % where each slice is contiguous memory, so the token-major
-#   layout costs 7 points), per-tensor scales still
+#   layout costs 7 points; head-major x gets 85-86 % through `quantize_fp8`), per-tensor scales still
 #   cost a second pass at 128 MiB (on chip where x fits, up to ~25 MiB).
 # - vLLM's slow FP8 path at head dim 256 is its build, not the varlen entry: fa3-fwd's varlen is fast.
 #

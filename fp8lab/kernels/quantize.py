@@ -34,8 +34,8 @@ Measured on an H200 (docs/kernel-notes.md v5, v7, v13-v17; 128 MiB of bf16, CUDA
 replays so the host's launch overhead is out; copy = 4.15 TB/s), in useful bytes (3 per
 value) against the copy: static 100 %, per-token 99 % (95 % at 32 MiB, 68-69 % at 16 MiB, a
 6 us kernel), per-head 79 % on chip (65 % with 4 query heads per kv head; 77-79 % for slices of
-129-256 parts, as with 2 query heads per kv head or 32k-token sequences, v16; 86 % where each
-(sequence, kv head) slice is contiguous memory, v17), 51 % two-pass and
+129-256 parts, as with 2 query heads per kv head or 32k-token sequences, v16; 85-86 % for x
+stored head-major, whose slices are contiguous memory, v17), 51 % two-pass and
 54 % fused, per-tensor 56 % two-pass and 34 % fused (its casts scan every tile's amax; x does
 not fit on chip). The default, "auto", takes the on-chip kernel wherever it can run on an x of
 4 MiB or more (per head it won at every size from 4 to 128 MiB; per tensor, where x fits on
