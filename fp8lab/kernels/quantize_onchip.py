@@ -53,9 +53,9 @@ contiguous memory (viewed as 32 sequences x 1 head) the same kernel, plan and wa
 part of token-major x is 256 bytes of every row (0.82 with rows 2 KiB apart, 0.79 with x's 8 KiB).
 TMA stores of y and cache hints did not help. `quantize_fp8` gives head-major x (stored as
 (b, h, s, d)) this kernel as such contiguous slices: 0.85-0.86 of copy at 128 MiB through the call.
-With 4 or more query heads per part (GROUP_FROM),
-below WS_FROM_BYTES, one program of 8 warps per SM with 64 KiB parts: +4-7 points (0.66-0.71 of
-copy at 32 MiB, 0.44-0.46 at 16 MiB with 4 query heads per kv head).
+With 4 or more query heads per part (GROUP_FROM), below WS_FROM_BYTES, one program of 8 warps per
+SM with 64 KiB parts: +4-7 points (0.66-0.71 of copy at 32 MiB, 0.44-0.46 at 16 MiB with 4 query
+heads per kv head).
 `quantize_fp8(schedule="auto")` uses this kernel wherever it can run on an x of 4 MiB or more
 (faster at every size measured, v14).
 
