@@ -349,6 +349,19 @@ else:
 # heads per kv head) one program of 8 warps per SM with 64 KiB parts below 64 MiB: +4-7 points
 # (`run14/call3`).
 #
+# `quantize_fp8(x, "head")` itself on token-major and head-major x (1 x 16384 x 32 x 128, with 32
+# and 8 kv heads; three repeats, `run14/call6`):
+
+# %%
+head_major_path = rdir / "run14" / "call6" / "probe_head_major.json"
+if head_major_path.exists():
+    head_major = pd.DataFrame(json.loads(head_major_path.read_text())["rows"])
+    display(head_major.pivot_table(index="layout", columns="heads_kv", values="frac_copy_graph",  # noqa: F821
+                                   aggfunc=lambda runs: [round(r, 3) for r in runs]))
+else:
+    print(f"{head_major_path} is not in this results directory")
+
+# %% [markdown]
 # And the fused kernel's (v7: tile size, warps, how far the casts trail):
 
 # %%
