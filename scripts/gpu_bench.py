@@ -259,6 +259,64 @@ def knob_sweep(rows: list[dict], module, settings: list[dict], fn, useful_bytes:
             setattr(module, k, v)
 
 
+QUANT_BATCHES = (1, 2, 4, 8, 16)  # b x (16384 / b) tokens: the attention grid's b.s = 16k (b = 1, 2, 4), and beyond
+
+
+def quant_shapes(run: Run, repeats: int = 3) -> None:
+    """v18: quantization at b.s = 16k tokens x 32 heads x 128 (128 MiB of bf16) for each batch in
+    QUANT_BATCHES, as the attention grid splits its tokens: per head on chip with x token-major
+    (b, s, h, d) and head-major (stored (b, h, s, d)), one and 4 query heads per kv head, its bits
+    against two passes, and the one-pass and two-pass references; `repeats` interleaved rounds."""
+    gen = torch.Generator(device="cuda").manual_seed(3)
+    q_scale = torch.tensor([0.05], device="cuda")
+    cases = []  # (batch, kernel, x, fn, two-pass reference or None)
+    for b in QUANT_BATCHES:
+        s = 16384 // b
+        x = torch.randn(b, s, 32, 128, device="cuda", generator=gen, dtype=torch.bfloat16)
+        xh = torch.randn(b, 32, s, 128, device="cuda", generator=gen, dtype=torch.bfloat16).transpose(1, 2)
+        for name, xx, kw in (("per-head onchip", x, {}), ("per-head onchip, head-major x", xh, {}),
+                             ("per-head GQA4 onchip", x, dict(heads_kv=8)),
+                             ("per-head GQA4 onchip, head-major x", xh, dict(heads_kv=8))):
+            ref = quantize_fp8(xx, "head", schedule="two-pass", **kw)
+            cases.append((b, name, xx, lambda xx=xx, kw=kw: quantize_fp8(xx, "head", schedule="onchip", **kw), ref))
+        cases += [(b, "per-head two-pass", x, lambda x=x: quantize_fp8(x, "head", schedule="two-pass"), None),
+                  (b, "per-tensor two-pass", x, lambda x=x: quantize_fp8(x, "tensor", schedule="two-pass"), None),
+                  (b, "per-token", x, lambda x=x: quantize_fp8(x, "token"), None),
+                  (b, "static (vLLM Q)", x, lambda x=x: quantize_fp8_static(x, q_scale), None)]
+    n = 16384 * 32 * 128
+    src = torch.randn(n, device="cuda", generator=gen).to(torch.bfloat16)
+    dst = torch.empty_like(src)
+    rows = []
+    for rep in range(repeats):
+        copy_bw = bench.tbps(4 * n, bench.median_ms_graph(lambda: dst.copy_(src)))
+        for b, name, xx, fn, ref in cases:
+            same = None
+            if ref is not None:
+                y, d = fn()
+                same = bool(torch.equal(d, ref[1]) and torch.equal(y.view(torch.uint8), ref[0].view(torch.uint8)))
+            ms_g = bench.median_ms_graph(fn)
+            rows.append(dict(rep=rep, batch=b, tokens=16384 // b, size=f"{b}x{16384 // b}x32x128 (128 MiB)", kernel=name,
+                             same_bits=same, ms_graph=ms_g, copy_tbps_graph=copy_bw,
+                             frac_copy_graph=bench.tbps(3 * n, ms_g) / copy_bw))
+            print(f"{rep} {rows[-1]['size']:<24} {name:<36} {ms_g * 1e3:7.1f} us  {rows[-1]['frac_copy_graph']:.3f} "
+                  f"of copy  bits {same}", flush=True)
+    run.save("quant_shapes", rows)
+
+
+def quant_shapes_summary(run: Run) -> None:
+    rows = run.sections.get("quant_shapes", [])
+    kernels = list(dict.fromkeys(r["kernel"] for r in rows))
+    print(f"\n{'of copy (min-max)':<36}" + "".join(f"{b}x{16384 // b:<9}" for b in QUANT_BATCHES))
+    for k in kernels:
+        cells = []
+        for b in QUANT_BATCHES:
+            f = [r["frac_copy_graph"] for r in rows if r["kernel"] == k and r["batch"] == b]
+            cells.append(f"{min(f):.2f}-{max(f):.2f}" if f else "-")
+        print(f"{k:<36}" + "".join(f"{c:<11}" for c in cells))
+    bad = [r for r in rows if r["same_bits"] is False]
+    print("bits: every on-chip row as two passes" if not bad else f"bits DIFFER in {len(bad)} rows")
+
+
 def quant(run: Run) -> None:
     """Quantization kernels: bitwise checks, then bandwidth against the device copy at 128, 32
     and 16 MiB (v7: the fused per-head / per-tensor schedule against two passes, and its knobs;
@@ -1319,6 +1377,8 @@ def main() -> None:
     ap.add_argument("--v11-grid", action="store_true",
                     help="as --v10-grid, with the Gluon kernel (key-ordered V) at every head dim (~3 min)")
     ap.add_argument("--quant", action="store_true", help="only the quantization section (~2 min)")
+    ap.add_argument("--quant-shapes", action="store_true",
+                    help="v18: quantization at b.s = 16k tokens x 32 x 128 for b in QUANT_BATCHES (~2 min)")
     ap.add_argument("--dims", default="64,128,256", help="--ws, --v10: head dims to run (correctness and grid)")
     ap.add_argument("--repeats", type=int, default=3, help="--v10: interleaved timing rounds per case")
     ap.add_argument("--candidates", default="",
@@ -1359,6 +1419,7 @@ def main() -> None:
         (args.v11, "v11", lambda: v11(run, prov, dims, args.repeats, args.old), lambda: v11_summary(run)),
         (args.ws, "ws", lambda: ws(run, prov, dims), lambda: ws_summary(run)),
         (args.quick, "quick", lambda: quick(run, prov), lambda: quick_summary(run)),
+        (args.quant_shapes, "quant_shapes", lambda: quant_shapes(run), lambda: quant_shapes_summary(run)),
     )
     for wanted, section, fn, report in sections:
         if wanted:

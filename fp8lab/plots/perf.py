@@ -13,6 +13,7 @@ import seaborn as sns
 __all__ = [
     "plot_providers",
     "plot_quant_bandwidth",
+    "plot_quant_shapes",
     "plot_ratio",
     "plot_roofline",
     "plot_versions",
@@ -79,6 +80,23 @@ def plot_quant_bandwidth(df: pd.DataFrame, ax: plt.Axes | None = None) -> plt.Ax
     ax.set_xlabel("useful bandwidth / copy bandwidth (3 bytes per value, CUDA-graph timed)")
     ax.set_ylabel("")
     ax.set_title("Static and per-token scales run at copy speed; per-head scales do not")
+    return ax
+
+
+def plot_quant_shapes(df: pd.DataFrame, target: float = 0.85, ax: plt.Axes | None = None) -> plt.Axes:
+    """Points: each kernel's `frac_copy_graph` per batch shape of the same tokens (columns batch,
+    size, kernel, frac_copy_graph; repeats as the min-max bar), against the target line."""
+    ax = ax or plt.subplots(figsize=(9, 4))[1]
+    df = df.assign(split=df["size"].str.split(" ").str[0].str.rsplit("x", n=2).str[0])  # "4x4096x32x128 (..)" -> "4x4096"
+    order = df.sort_values("batch")["split"].unique()
+    sns.pointplot(data=df, x="split", y="frac_copy_graph", hue="kernel", order=order, errorbar=("pi", 100),
+                  markers="o", linestyles="-", dodge=0.3, palette="tab10", ax=ax)
+    ax.axhline(target, ls="--", color="k", lw=1)
+    ax.text(0.01, target + 0.01, f"{target:.0%} of copy", fontsize=8, transform=ax.get_yaxis_transform())
+    ax.set_xlabel("batch x tokens (x 32 heads x 128: the same 128 MiB of bf16)")
+    ax.set_ylabel("useful bandwidth / copy bandwidth")
+    ax.set_title("Per head, the same bytes quantize faster split into shorter sequences")
+    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
     return ax
 
 
