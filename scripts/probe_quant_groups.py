@@ -20,16 +20,14 @@ bf16, three interleaved repeats, CUDA-graph replays against a copy, bits against
 
 from __future__ import annotations
 
-import importlib.util
 import sys
-import tempfile
-from pathlib import Path
 
 import torch
 
 import fp8lab.kernels.quantize_onchip as O
 from fp8lab import bench, env
 from fp8lab.kernels import quantize_fp8
+from probe_edit import edited_copy
 
 PART = """        parts, _, _, _, _ = geo
         s = item // parts
@@ -44,27 +42,17 @@ STORE = "gl.store(TABLE + item, (tag << 32)"
 def edited_module(n: int, grid: int = 128):
     """A copy of quantize_onchip whose `grid` programs form n groups (module doc); planned for slices
     of `grid` parts, n per program."""
-    src = Path(O.__file__).read_text()
-    for old in (PART, PUBLISH, STORE):
-        assert src.count(old) == 1, old  # the kernel's text changed: update the edits
-    src = src.replace(PART, f"""        parts, _, _, _, _ = geo
+    part = f"""        parts, _, _, _, _ = geo
         k = item // {grid}
         i = item - k * {grid}
         j = i // {grid // n}
         i = i - j * {grid // n}
         s = (k // {n}) * {n} + j
         p = (k % {n}) * {grid // n} + i
-""")
-    src = src.replace(PUBLISH, PUBLISH.replace("_, _, _, _, _, left", "_, _, s_, p_, _, left"))
-    src = src.replace(STORE, "gl.store(TABLE + s_ * geo[0] + p_, (tag << 32)")
-    mod_name = f"onchip_groups{n}"
-    path = Path(tempfile.mkdtemp()) / f"{mod_name}.py"
-    path.write_text(src)
-    spec = importlib.util.spec_from_file_location(mod_name, path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[mod_name] = mod  # dataclasses look their module up
-    spec.loader.exec_module(mod)
-    return mod
+"""
+    publish = PUBLISH.replace("_, _, _, _, _, left", "_, _, s_, p_, _, left")
+    return edited_copy(O, [(PART, part), (PUBLISH, publish), (STORE, "gl.store(TABLE + s_ * geo[0] + p_, (tag << 32)")],
+                       f"onchip_groups{n}")
 
 
 def launcher(mod, x: torch.Tensor, hk: int, parts: int | None = None):

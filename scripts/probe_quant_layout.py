@@ -21,16 +21,14 @@ Three interleaved repeats; CUDA-graph replays against a copy, as `gpu_bench.py -
 
 from __future__ import annotations
 
-import importlib.util
 import sys
-import tempfile
-from pathlib import Path
 
 import torch
 
 import fp8lab.kernels.quantize_onchip as O
 from fp8lab import bench, env
 from fp8lab.kernels import quantize_fp8
+from probe_edit import edited_copy
 
 TOKENS, HEADS, D = 16384, 32, 128
 LOADER = """        for k in range(mine):
@@ -57,19 +55,8 @@ EDITS = {f"load-group={n}": load_group(n) for n in (2, 3)}
 
 
 def edited_module(name: str):
-    """A copy of quantize_onchip with EDITS[name] applied (each edit must match exactly once)."""
-    src = Path(O.__file__).read_text()
-    for old, new in EDITS[name]:
-        assert src.count(old) == 1, (name, old)  # the kernel's text changed: update EDITS
-        src = src.replace(old, new)
-    mod_name = f"onchip_{name.replace('-', '_')}"
-    path = Path(tempfile.mkdtemp()) / f"{mod_name}.py"
-    path.write_text(src)
-    spec = importlib.util.spec_from_file_location(mod_name, path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[mod_name] = mod  # dataclasses look their module up
-    spec.loader.exec_module(mod)
-    return mod
+    """A copy of quantize_onchip with EDITS[name] applied."""
+    return edited_copy(O, EDITS[name], f"onchip_{name.replace('-', '_')}")
 
 
 def launcher(mod, x: torch.Tensor):
