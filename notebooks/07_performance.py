@@ -369,7 +369,8 @@ else:
 # quantization at each split and beyond: 128 MiB each time, three repeats, bits against two passes.
 # Per head, a slice is one sequence's kv head. With 16384 tokens its 128 parts lie in all 128
 # programs, so at every slice each program waits for every other. With 4096 tokens a slice is 32
-# parts, and the programs form four groups that wait only for themselves.
+# parts, and the programs form four groups that wait only for themselves. That this is what the
+# points below pay for is our reading; it has not been profiled.
 
 # %%
 shapes = bench.records_frame(rdir, "quant_shapes")

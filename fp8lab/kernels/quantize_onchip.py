@@ -59,7 +59,8 @@ heads per kv head).
 v18 split the same 128 MiB of token-major x (16k tokens x 32 x 128) into b = 1, 2, 4, 8, 16
 sequences (`results/h200/bench_v18_quant_shapes.*`): per head 0.78-0.80, 0.81-0.82, 0.85, 0.86,
 0.85-0.86 of copy, and 0.85-0.90 head-major at every split. With 4096 tokens a slice is 32 parts
-and 4 groups of programs wait only for their own; at 16384 every program waits for every other.
+and 4 groups of programs wait only for their own; at 16384 every program waits for every other
+(the likely cause, not profiled).
 `quantize_fp8(schedule="auto")` uses this kernel wherever it can run on an x of 4 MiB or more
 (faster at every size measured, v14).
 
