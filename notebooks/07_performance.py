@@ -388,12 +388,16 @@ span.unstack("batch")
 # (0.81-0.82) and 1 of 16384 (0.78-0.80). Head-major x passes at every split (0.85-0.90). With 4
 # query heads per kv head a slice is 4 times larger, and only short sequences pass.
 #
-# Two ideas that lost, both in `run15/`:
+# Three ideas that lost, all in `run15/`:
 # - Taking a sequence's kv heads in an interleaved order, so that the slices in flight lie apart
 #   in each row (call 2: no gain at any size). The +6 points one call measured at 32 MiB did not
 #   repeat in the next.
 # - Making one long sequence behave like several, with groups of programs each taking 2 or 4 parts
 #   of a slice (call 3: 0.79 and 0.68). A slice then needs 2 or 4 steps to complete, not one.
+# - Spreading each slice's table entries over more L2 lines, in case 128 programs polling one
+#   slice's 1 KiB of entries delayed the loads that share its L2 slice (call 6: 0.71-0.74 against
+#   0.80 for one sequence, and as much slower with four). Why one sequence costs 5-6 points more
+#   than four is still open.
 #
 # And the fused kernel's (v7: tile size, warps, how far the casts trail):
 
