@@ -18,6 +18,7 @@ __all__ = [
     "AttentionCase",
     "FACTS_H200",
     "H200_CEILINGS",
+    "CLOCK_LOG_QUERY",
     "attention_bytes",
     "attention_flops",
     "attention_intensity",
@@ -25,10 +26,12 @@ __all__ = [
     "records_frame",
     "roofline_tflops",
     "bench_grid",
+    "clocks_while_timed",
     "load_results",
     "median_ms",
     "median_ms_graph",
     "ratio_table",
+    "read_clock_log",
     "tflops",
     "tbps",
     "write_results",
@@ -213,4 +216,52 @@ def ratio_table(rows: list[dict], ours: str, against: str, value: str = "tflops"
         if (c, ours) in by and (c, against) in by:
             a, b = by[(c, ours)], by[(c, against)]
             out.append({"case": c, ours: a, against: b, "ratio": a / b})
+    return out
+
+
+CLOCK_LOG_QUERY = "timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,clocks_throttle_reasons.active"
+POWER_CAP_BIT = 0x4  # nvidia-smi's clock-event reason "SW power cap": the board is at its power limit
+_CLOCK_COLUMNS = ("time", "sm_mhz", "mem_mhz", "power_w", "temp_c", "reasons")
+
+
+def read_clock_log(path: str | Path):
+    """A log of `nvidia-smi --query-gpu=<CLOCK_LOG_QUERY> --format=csv -lms N` as a DataFrame:
+    time (datetime64, the host's local clock), sm_mhz, mem_mhz, power_w, temp_c (float) and
+    reasons (int, the active clock-event bits; `POWER_CAP_BIT` is the power limit). Lines that
+    do not parse (a last line cut when the logger was stopped) are dropped."""
+    import pandas as pd
+
+    df = pd.read_csv(path, skipinitialspace=True, dtype=str)
+    if len(df.columns) != len(_CLOCK_COLUMNS) or not str(df.columns[0]).startswith("timestamp"):
+        raise ValueError(f"{path}: expected nvidia-smi's csv of {CLOCK_LOG_QUERY}, got columns {list(df.columns)}")
+    df.columns = list(_CLOCK_COLUMNS)
+    out = pd.DataFrame({"time": pd.to_datetime(df["time"], format="%Y/%m/%d %H:%M:%S.%f", errors="coerce")})
+    for col in _CLOCK_COLUMNS[1:5]:  # "1980 MHz", "687.77 W", "68"
+        out[col] = pd.to_numeric(df[col].str.split().str[0], errors="coerce")
+    out["reasons"] = [int(x, 16) if isinstance(x, str) and x.startswith("0x") else None for x in df["reasons"]]
+    return out.dropna().astype({"reasons": int}).reset_index(drop=True)
+
+
+def clocks_while_timed(rows, clocks, busy_w: float = 150.0):
+    """Timed rows (a DataFrame with `done_at` "YYYY/MM/DD HH:MM:SS" and `compile_and_time_s`, as
+    `scripts/gpu_bench.py` writes them) with the GPU's state while each ran: the mean SM clock
+    (sm_mhz), the highest power (power_w) and the share of samples at the power limit
+    (power_capped), over the `read_clock_log` samples from done_at - compile_and_time_s to
+    done_at + 1 s (done_at is cut to the second) in which the GPU was busy (power above busy_w).
+    Rows without such samples get NaN. Both clocks must be the same host's."""
+    import pandas as pd
+
+    missing = {"done_at", "compile_and_time_s"} - set(rows.columns)
+    if missing:
+        raise ValueError(f"rows: expected columns done_at and compile_and_time_s (gpu_bench.py rows), missing {missing}")
+    busy = clocks[clocks["power_w"] > busy_w]
+    end = pd.to_datetime(rows["done_at"], format="%Y/%m/%d %H:%M:%S") + pd.Timedelta(seconds=1)
+    start = end - pd.to_timedelta(rows["compile_and_time_s"] + 1.0, unit="s")
+    state = []
+    for s, e in zip(start, end):
+        w = busy[(busy["time"] >= s) & (busy["time"] <= e)]
+        state.append((w["sm_mhz"].mean(), w["power_w"].max(), ((w["reasons"] & POWER_CAP_BIT) > 0).mean())
+                     if len(w) else (float("nan"),) * 3)
+    out = rows.copy()
+    out[["sm_mhz", "power_w", "power_capped"]] = pd.DataFrame(state, index=rows.index)
     return out

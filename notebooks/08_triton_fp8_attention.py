@@ -31,6 +31,7 @@
 # - **(i)** FP8 step 5, P's register layout: the shuffle FA3 avoids, and how we avoid it too;
 # - **(j)** the Gluon kernel's loop read instruction by instruction: where to cast P, and V in key order;
 # - **(k)** P packed as the MMA's own words: the registers that let FA3's tiles fit.
+# - **(l)** persistent programs: one per SM, each taking tile after tile, and why causal tiles resist it.
 
 # %% tags=["parameters"]
 smoke: bool = False  # CI: tiny shapes (the interpreter is slow)
@@ -49,6 +50,7 @@ results_dir: str = "auto"  # auto: results/h200 of this checkout
 # switched on before Triton is imported.*
 
 # %%
+import math
 import os
 
 import torch
@@ -65,7 +67,7 @@ from fp8lab import bench, env  # noqa: E402
 from fp8lab.notebooks import record  # noqa: E402
 from fp8lab.formats import cast_to_fp8, get_format  # noqa: E402
 from fp8lab.kernels import attention as A  # noqa: E402
-from fp8lab.kernels import explain, fp8_attention, pretranspose_v, quantize_fp8  # noqa: E402
+from fp8lab.kernels import WsConfig, default_ws_config, explain, fp8_attention, pretranspose_v, quantize_fp8  # noqa: E402
 from fp8lab.metrics import rel_l2  # noqa: E402
 from fp8lab.plots import perf as plots  # noqa: E402
 from fp8lab.reference import FA3Steps, attention_exact, attention_fa3_fp8  # noqa: E402
@@ -473,6 +475,55 @@ explain.kernel_ratios(c3)
 # single cases).
 
 # %% [markdown]
+# ## (l) Persistent programs (v19)
+#
+# Up to v18 the Gluon kernel launched one program per tile. Its ring and 12 warps at 168 registers
+# fill an SM, so one program fits per SM, and each tile started cold. The program had to set up
+# its barriers, load Q and fill the K/V ring before its first MMA. After its last MMA it wrote O
+# while the tensor cores waited for the next program.
+#
+# FA3 instead launches one program per SM, and each program takes tile after tile.
+# `WsConfig(persistent=True)` does the same here: program p takes tiles p, p + grid, p + 2 grid, and
+# so on. The loader's K/V ring and the consumers' Q buffers run on from one tile to the next. A
+# consumer releases its Q rows after the tile's last S = Q K^T (an mbarrier, `q_free`), and the last
+# K/V stage after its last PV product. The loader therefore fetches the next tile's Q and first
+# key blocks while this tile's last MMA and epilogue still run.
+#
+# No tile's arithmetic changes, so the bits are those of one program per tile. A GPU test checks
+# this on shapes with more tiles than SMs, causal ones included. In the v19 run the bits also
+# equalled commit c3b2016's kernel. Two runs timed it against one program per tile, three rounds
+# each (`results/h200/bench_v19_ps1.json`, `bench_v19_ps2.json`):
+
+# %%
+ps = explain.v19_persistent_record(rdir, run=1)
+plots.plot_ws(ps, title="v19: persistent programs against one program per tile (same run)")
+plt.show()
+ps_table = explain.kernel_ratios(ps)
+gain = ps.pivot_table(index="case", columns="kernel", values="tflops", sort=False, observed=True)
+gain = (gain["persistent, one program per SM"] / gain["one program per tile"] - 1).rename("persistent gain")
+record("v19_persistent_gain", gain.round(3).to_dict())
+ps_table.join(gain.round(3))
+
+# %% [markdown]
+# Non-causal, persistent programs were faster in all 9 cases of this run, by 0.4-3.6 %. In the
+# second run they were faster in 8 of 9 and 0.1 % slower in the ninth. That is the time the next
+# tile's start no longer waits.
+#
+# Causal was mixed, and at 8k and 16k tokens mostly slower, by up to 5 %. Causal tiles differ in
+# length, from 1 to 128 key blocks. A fixed list of tiles per program balances them worse than the
+# hardware does: with one program per tile, it starts the next tile on whichever SM frees first.
+# The second run alternated the order every wave, so that long and short tiles would pair up. It
+# helped at 4k and hurt at 8k and 16k (up to 8.5 %), and was not kept.
+#
+# FA3 hands causal tiles out dynamically, through an atomic tile counter; fp8lab does not. So
+# `default_ws_config(head_dim, causal, key_ordered=True)` is persistent for non-causal attention
+# only.
+#
+# Check the tile arithmetic: at 2x8192x32x256 non-causal there are 8192 / 128 x 2 x 32 = 4096
+# tiles of 128 query rows, and 132 programs. 4096 = 31 x 132 + 4, so four programs take 32 tiles
+# and the rest 31. That last partial wave is there with or without persistent programs.
+
+# %% [markdown]
 # ## Summary
 #
 # - The kernel is FA3's FP8 forward: descales folded into the exp2-domain scale,
@@ -488,6 +539,8 @@ explain.kernel_ratios(c3)
 #   fifth of its loop (v11).
 # - Registers decide the tile: P packed four e4m3 per word, written after the PV wait and fed to
 #   the MMA as the same words, makes room for FA3's tiles (v12).
+# - One program per SM, taking tile after tile, hides each tile's start behind the last one's end:
+#   0-4 % for non-causal attention. Causal tiles of unequal length need a dynamic order (v19).
 #
 # ## Exercises
 #
@@ -502,6 +555,8 @@ explain.kernel_ratios(c3)
 # 5. In `key_ordered_vt(v)`, at which column of its group of 32 is key 6 stored? Set `answer_5`.
 # 6. With `pack_p`, how many 32-bit registers hold P per consumer thread at head dim 64 with 128
 #    keys and three consumers? Set `answer_6`.
+# 7. With persistent programs on a 132-SM H200, at 4x4096x32x64 non-causal (the default tile of 192
+#    query rows at head dim 64), how many tiles does the busiest program take? Set `answer_7`.
 
 # %%
 answer_1 = None  # a ratio
@@ -510,6 +565,7 @@ answer_3 = None  # a number
 answer_4 = None  # a key index in 0..31
 answer_5 = None  # a column in 0..31
 answer_6 = None  # registers
+answer_7 = None  # tiles
 
 # %% tags=["solution", "hide-input"]
 # Solution (collapsed): computed, not typed in.
@@ -525,6 +581,8 @@ if answer_5 is None:
     answer_5 = 16 * 0 + 4 * 3 + 2 * 0 + 0  # key 6 = 16a + 8b + 2t + e with t=3 -> column 16a + 4t + 2b + e
 if answer_6 is None:
     answer_6 = 64 * 128 // 128 // 4  # 64 rows x 128 keys over 128 threads, four per word; consumers do not matter
+if answer_7 is None:
+    answer_7 = math.ceil(math.ceil(4096 / 192) * 4 * 32 / 132)  # 22 query blocks x 4 x 32 = 2816 tiles over 132
 
 # %%
 err0 = float(rel_l2(fp8_attention(qp, kp, vp, *dp, max_offset=0.0), exact_p))
@@ -538,5 +596,8 @@ held = layout.loc[1, "keys held, permute_keys"][layout.loc[1, "accumulator colum
 assert answer_4 == held, "the kernel's key_order puts another key in column 10"
 assert answer_5 == int(landing[6]), "key_ordered_vt stores key 6 elsewhere"
 assert answer_6 == explain.consumer_registers(64, 128, consumers=3)["p_packed"], "count P's values per thread, /4"
+cfg7 = WsConfig(block_n=128, stages=3, pack_p=True, consumers=3, persistent=True)
+assert cfg7 == default_ws_config(64, False, key_ordered=True), "not the default tile any more: update exercise 7"
+assert answer_7 == math.ceil(math.ceil(4096 / cfg7.block_m) * 4 * 32 / 132), "tiles = query blocks x batch x heads"
 print(f"1: {answer_1:.3f}x   2: block_n {answer_2}   3: {answer_3:.0f}   4: key {answer_4}   5: column {answer_5}   "
-      f"6: {answer_6} registers")
+      f"6: {answer_6} registers   7: {answer_7} tiles")

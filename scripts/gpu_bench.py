@@ -715,7 +715,7 @@ def time_rows(run: Run, rows: list[dict], case: "bench.AttentionCase", timed: li
             rows.append(dict(section="speed", case=case.label(), head_dim=case.head_dim, seqlen=case.seqlen,
                              batch=case.batch, causal=case.causal, provider=tag, config=label, ms=ms,
                              tflops=bench.tflops(case.flops(), ms), compile_and_time_s=round(time.time() - t0, 1),
-                             **extra))
+                             done_at=time.strftime("%Y/%m/%d %H:%M:%S"), **extra))
         except Exception as e:  # noqa: BLE001
             rows.append(dict(section="speed", case=case.label(), provider=tag, config=label, error=repr(e)[:300],
                              **extra))
@@ -901,7 +901,7 @@ V11_WS_CANDIDATES: dict[tuple[int, bool], list[str]] = {}  # --ws-candidates: la
 
 
 def _wc(label: str) -> tuple["object", bool]:
-    """(WsConfig, key-ordered V) from a label like 'ws-n64s4-pp-ru-kv'."""
+    """(WsConfig, key-ordered V) from a label like 'ws-n64s4-pp-ru-kv' (WsConfig.label, then -kv)."""
     import re
 
     from fp8lab.kernels import attention_ws as W
@@ -911,7 +911,8 @@ def _wc(label: str) -> tuple["object", bool]:
         raise ValueError(f"ws config label: expected like 'ws-n128s3-pp-kv', got {label!r}")
     opts = m.group(3).split("-")
     return W.WsConfig(block_n=int(m.group(1)), stages=int(m.group(2)), pingpong="pp" in opts,
-                      rescale_under_mma="ru" in opts, pack_p="pw" in opts, consumers=3 if "c3" in opts else 2), "kv" in opts
+                      rescale_under_mma="ru" in opts, pack_p="pw" in opts, consumers=3 if "c3" in opts else 2,
+                      persistent="ps" in opts), "kv" in opts
 
 
 def v11_ws_candidates(d: int, causal: bool) -> list[tuple[str, "object", bool]]:
@@ -946,13 +947,19 @@ def v11(run: Run, prov: dict, dims: tuple[int, ...] = (64, 128, 256), repeats: i
 
     old = _old_module(old_version, "attention_ws")
 
+    def old_config(cfg):
+        """cfg as the old kernel's WsConfig, or None where cfg sets a field it lacks (persistent: the
+        same bits are expected from one program per tile, so the old kernel's run of that config)."""
+        cfg = dataclasses.replace(cfg, persistent=False)
+        fields = {k: v for k, v in dataclasses.asdict(cfg).items() if k in old.WsConfig.__dataclass_fields__}
+        return old.WsConfig(**fields) if W.WsConfig(**fields) == cfg else None
+
     def old_configs(d: int, causal: bool) -> list:
         """The old kernel's configs to run: its default, and the packed candidates it can run."""
         if old is None:
             return []
-        packed = [cfg for _, cfg, keyed in v11_ws_candidates(d, causal)
-                  if cfg.pack_p and keyed and set(dataclasses.asdict(cfg)) <= set(old.WsConfig.__dataclass_fields__)]
-        return [None] + [old.WsConfig(**dataclasses.asdict(cfg)) for cfg in packed]
+        packed = [old_config(cfg) for _, cfg, keyed in v11_ws_candidates(d, causal) if cfg.pack_p and keyed]
+        return [None] + list(dict.fromkeys(c for c in packed if c is not None))
     gen = torch.Generator(device="cuda").manual_seed(11)
     rows: list[dict] = []
     for name, causal, (q, k, v, qd, kd, vd), vt, exact in check_inputs(dims, gen):
@@ -973,7 +980,7 @@ def v11(run: Run, prov: dict, dims: tuple[int, ...] = (64, 128, 256), repeats: i
                            emu_vs_exact=e_exact, ratio=e_emu / max(e_exact, 1e-30),
                            finite=bool(torch.isfinite(out).all()))
                 ref = next((o for c, o in refs.items() if (c is None and cfg == W.default_ws_config(d, causal))
-                            or (c is not None and c.label() == cfg.label() and keyed)), None)
+                            or (c is not None and keyed and c == old_config(cfg))), None)
                 if ref is not None:
                     row.update({f"same_bits_as_{old_version}": bool(torch.equal(out, ref[0]) and torch.equal(lse, ref[1])),
                                 "out_bits_differing": float((out != ref[0]).float().mean())})

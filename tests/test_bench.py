@@ -52,3 +52,56 @@ def test_recorded_h200_results_carry_context():
         assert data["context"]["gpu"] == "NVIDIA H200" and data["context"]["triton"]
         providers = {r["provider"] for r in data["rows"]}
         assert {"fp8lab", "fa3-fwd FP8"} <= providers
+
+
+CLOCK_LOG = """timestamp, clocks.current.sm [MHz], clocks.current.memory [MHz], power.draw [W], temperature.gpu, clocks_event_reasons.active
+2026/11/30 14:00:00.000, 345 MHz, 3201 MHz, 79.00 W, 35, 0x0000000000000001
+2026/11/30 14:00:00.500, 1980 MHz, 3201 MHz, 420.00 W, 50, 0x0000000000000000
+2026/11/30 14:00:01.000, 1700 MHz, 3201 MHz, 699.00 W, 60, 0x0000000000000004
+2026/11/30 14:00:01.500, 1760 MHz, 3201 MHz, 701.50 W, 61, 0x0000000000000004
+2026/11/30 14:00:05.000, 1980 MHz, 3201 MHz, 300.00 W, 55, 0x0000000000000000
+2026/11/30 14:00:05.2
+"""
+
+
+def test_clock_log_read_and_joined_to_timings(tmp_path):
+    import pandas as pd
+
+    path = tmp_path / "clocks.csv"
+    path.write_text(CLOCK_LOG)
+    log = bench.read_clock_log(path)
+    assert len(log) == 5  # the cut last line is dropped
+    assert log["sm_mhz"].tolist() == [345, 1980, 1700, 1760, 1980] and log["reasons"].tolist() == [1, 0, 4, 4, 0]
+    assert log["power_w"].iloc[3] == 701.5 and str(log["time"].iloc[1]) == "2026-11-30 14:00:00.500000"
+    rows = pd.DataFrame({"done_at": ["2026/11/30 14:00:01", "2026/11/30 14:00:09"], "compile_and_time_s": [0.6, 0.1],
+                         "tflops": [1000.0, 900.0]})
+    timed = bench.clocks_while_timed(rows, log)
+    # first row ended in 14:00:01.x after 0.6 s: samples from 14:00:00.4 to 14:00:02.0 -> 1980, 1700, 1760 MHz
+    # (the idle 345 MHz at 14:00:00.0 is outside, and below 150 W anyway)
+    assert timed["sm_mhz"].iloc[0] == (1980 + 1700 + 1760) / 3 and timed["power_w"].iloc[0] == 701.5
+    assert timed["power_capped"].iloc[0] == 2 / 3
+    assert timed[["sm_mhz", "power_w", "power_capped"]].iloc[1].isna().all()  # no sample while it ran
+    assert timed["tflops"].tolist() == [1000.0, 900.0]
+    with pytest.raises(ValueError, match="done_at"):
+        bench.clocks_while_timed(rows.drop(columns="done_at"), log)
+    (tmp_path / "other.csv").write_text("a,b\n1,2\n")
+    with pytest.raises(ValueError, match="nvidia-smi"):
+        bench.read_clock_log(tmp_path / "other.csv")
+
+
+def test_recorded_power_limit_of_v19():
+    """The v19 session's clock log and timings read back: head dim 64 ran at the maximum clock,
+    256 at the power limit and a lower clock."""
+    from pathlib import Path
+
+    import pandas as pd
+
+    rdir = Path(__file__).parents[1] / "results" / "h200"
+    log = bench.read_clock_log(rdir / "run16" / "call2" / "clocks.csv")
+    rows = pd.DataFrame([r for r in bench.load_results(rdir / "bench_v19_ps2.json")["rows"]
+                         if r.get("section") == "speed" and "tflops" in r])
+    timed = bench.clocks_while_timed(rows, log)
+    assert timed["sm_mhz"].notna().all(), "every timing should find clock samples"
+    by_dim = timed.groupby("head_dim")[["sm_mhz", "power_capped"]].mean()
+    assert by_dim.loc[64, "sm_mhz"] > 1950 and by_dim.loc[256, "sm_mhz"] < 1850
+    assert by_dim.loc[256, "power_capped"] > 0.8 > by_dim.loc[64, "power_capped"]

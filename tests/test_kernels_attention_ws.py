@@ -172,9 +172,40 @@ def test_gpu_three_consumers_give_the_same_bits(d):
         assert rel_l2(out3, emu) <= 0.6 * rel_l2(emu, exact), (sq, sk, causal)
 
 
+@pytest.mark.gpu
+@pytest.mark.hopper
+@needs_gluon
+@pytest.mark.parametrize("d", [64, 128, 256])
+def test_gpu_persistent_programs_give_the_same_bits(d):
+    """With one program per SM (`persistent`) a program takes several tiles in turn, its K/V ring,
+    Q buffers and ping-pong turns running on from one tile to the next; no tile's arithmetic
+    changes, so the bits are those of one program per tile. Shapes with more tiles than SMs:
+    causal tiles of every length, tiles with no key at all (more queries than keys, causal),
+    ragged blocks, GQA."""
+    gen = torch.Generator().manual_seed(d + 31)
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    for (b, sq, sk, hq, hk), causal in (((3, 1000, 1008, 16, 4), True), ((3, 1000, 1008, 16, 4), False),
+                                        ((2, 1200, 304, 16, 16), True)):
+        q, k, v = fp8(gen, b, sq, hq, d, device="cuda"), fp8(gen, b, sk, hk, d, device="cuda"), fp8(gen, b, sk, hk, d, device="cuda")
+        qd, kd, vd = ((torch.rand(b, hk, generator=gen) * 0.4 + 0.05).cuda() for _ in range(3))
+        plain = W.default_ws_config(d, causal)
+        for cfg, vt in ((W.default_ws_config(d, causal, key_ordered=True), W.key_ordered_vt(v)),
+                        (plain, pretranspose_v(v)), (dataclasses.replace(plain, pingpong=True), pretranspose_v(v))):
+            assert -(-sq // cfg.block_m) * b * hq > sms  # several tiles per program
+            one = W.fp8_attention_ws(q, k, vt, q_descale=qd, k_descale=kd, v_descale=vd, causal=causal,
+                                     config=dataclasses.replace(cfg, persistent=False))
+            per = W.fp8_attention_ws(q, k, vt, q_descale=qd, k_descale=kd, v_descale=vd, causal=causal,
+                                     config=dataclasses.replace(cfg, persistent=True))
+            assert torch.equal(per[0], one[0]) and torch.equal(per[1], one[1]), (sq, sk, causal, cfg.label())
+        emu = attention_fa3_fp8(q, k, v, qd, kd, vd, causal=causal, block_n=cfg.block_n)
+        exact = attention_exact(q, k, v, q_descale=qd, k_descale=kd, v_descale=vd, causal=causal)
+        assert torch.isfinite(per[0]).all() and rel_l2(per[0], emu) <= 0.6 * rel_l2(emu, exact), (sq, sk, causal)
+
+
 def test_ws_config_is_checked():
     assert W.WsConfig(consumers=3).block_m == 192 and W.WsConfig().block_m == 128
     assert W.WsConfig(consumers=3, pack_p=True).label() == "ws-n128s2-pw-c3"
+    assert W.WsConfig(block_n=64, stages=4, persistent=True).label() == "ws-n64s4-ps"
     with pytest.raises(ValueError, match="consumers must be 2 or 3, got 4"):
         W.WsConfig(consumers=4)
     with pytest.raises(ValueError, match="pingpong"):
@@ -264,7 +295,7 @@ def test_gpu_key_ordered_v_gives_the_same_attention(d):
 
 
 def test_v12_records_and_register_counts():
-    """Notebook 08 (k): the recorded runs read back, and the register arithmetic behind them."""
+    """Notebook 08 (k), (l): the recorded runs read back, and the register arithmetic behind them."""
     from fp8lab.kernels import explain
 
     rdir = ROOT / "results" / "h200"
@@ -278,6 +309,10 @@ def test_v12_records_and_register_counts():
     assert c3["ratio"].between(0.3, 1.5).all()
     r = explain.consumer_registers(256, 128)  # FA3's d=256 tile: over budget with float32 P, not packed
     assert r["o"] + r["s"] + r["p_float32"] > r["budget"] >= r["o"] + r["s"] + r["p_packed"]
+    for run in (1, 2):  # v19: persistent programs against one program per tile, same run
+        ps = explain.v19_persistent_record(rdir, run)
+        assert ps["case"].nunique() == 18 and ps["ratio"].between(0.3, 1.5).all()
+        assert {"one program per tile", "Triton default"} <= set(ps["kernel"]) and ps["kernel"].nunique() == 2 + run
     r3 = explain.consumer_registers(64, 128, consumers=3)
     assert r3["budget"] == W.WsConfig(consumers=3).consumer_regs == 160
     assert r3["o"] + r3["s"] + r3["p_float32"] >= r3["budget"] > r3["o"] + r3["s"] + r3["p_packed"]

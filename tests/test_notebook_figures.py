@@ -42,3 +42,13 @@ def test_triton_kernel_lesson(executed_notebooks):
     assert f["p_fetched_from_other_threads"] == {"plain": 24, "permute_keys": 0}
     ratios = f["v10_ratio_to_fa3_fp8"]
     assert len(ratios) == 18 and all(0.3 < r < 1.5 for r in ratios.values())
+    gain = f["v19_persistent_gain"]  # persistent programs against one per tile, v19's first run
+    assert len(gain) == 18 and all(g > 0 for case, g in gain.items() if "causal" not in case)
+
+
+def test_performance_record(executed_notebooks):
+    f = figures(executed_notebooks, "07_performance")
+    ratios = f["ratio_to_fa3_fp8"]
+    assert len(ratios) == 18 and all(0.3 < r < 1.5 for r in ratios.values())
+    clock = f["v19_mean_sm_mhz"]  # the power limit: full clock at head dim 64, less at 256
+    assert clock["head_dim 64"] > 1950 > 1850 > clock["head_dim 256"]

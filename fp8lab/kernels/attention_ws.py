@@ -33,12 +33,18 @@ structure FlashAttention-3 uses and Triton's compiler does not build by itself:
   permuted (`permute_keys`); here K comes by TMA, which cannot reorder rows.
 - **FA3's tiles.** Packed P frees the registers for them: 128 keys in three stages at
   head dim 256, and three consumer warpgroups (192 query rows) at 64.
+- **Persistent programs.** With ``WsConfig(persistent=True)`` one program per SM takes tiles
+  p, p + grid, ...; the K/V ring and Q's buffers run on across tiles (Q is released after a
+  tile's last QK^T, the last stage after its last PV), so the next tile's loads overlap this
+  tile's last MMA and epilogue. The key-ordered default for non-causal attention (v19); causal
+  tiles of unequal length balanced better with one program per tile (FA3 hands them out with an
+  atomic counter, not built here).
 
-Measured on an H200 (docs/kernel-notes.md, v8-v12; `results/h200/bench_v12_*`): with
-`key_ordered_vt` and its defaults (packed P), 0.89-0.99x FA3 FP8 at head dim 64, 0.92-0.94x at
-128 and 0.91-1.01x at 256 in the v12 grid, the faster of fp8lab's two kernels in 16 of its 18
-cases (the Triton kernel at 64 with 4k-token sequences). Every v11 and v12 change kept the bits
-of v10's kernel. FA3's ping-pong ordering and its rescale under the next MMA (`WsConfig`
+Measured on an H200 (docs/kernel-notes.md, v8-v12, v19; `results/h200/bench_v12_*`,
+`bench_v19_*`): with `key_ordered_vt` and its defaults (packed P, persistent when non-causal),
+0.88-0.96x FA3 FP8 at head dim 64, 0.88-0.99x at 128 and 0.89-1.01x at 256 in the v19 grid, the
+faster of fp8lab's two kernels in 16 of its 18 cases (the Triton kernel at 4k-token causal
+sequences, head dims 64 and 128). Every change since v10 kept the bits of v10's kernel. FA3's ping-pong ordering and its rescale under the next MMA (`WsConfig`
 switches) gave nothing consistent here. `fp8_attention` (Triton) stays the general entry point
 (varlen, natural V, the interpreter); this kernel is the faster one on Hopper, and the lesson in
 what FA3's structure is made of.
@@ -50,6 +56,7 @@ pre-transposed or key-ordered, Q/K/out with head_dim contiguous and rows of (hea
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -91,6 +98,7 @@ class WsConfig:
     rescale_under_mma: bool = False  # FA3's place for O's rescale: under the next QK^T MMA
     pack_p: bool = False  # carry P across the loop as packed e4m3 words, not float32 (needs key_ordered_vt)
     consumers: int = 2
+    persistent: bool = False  # one program per SM, each taking tiles in turn; else one program per tile
 
     def __post_init__(self) -> None:
         if self.consumers not in (2, 3):
@@ -114,7 +122,7 @@ class WsConfig:
 
     def label(self) -> str:
         return (f"ws-n{self.block_n}s{self.stages}" + "-pp" * self.pingpong + "-ru" * self.rescale_under_mma
-                + "-pw" * self.pack_p + f"-c{self.consumers}" * (self.consumers != 2))
+                + "-pw" * self.pack_p + f"-c{self.consumers}" * (self.consumers != 2) + "-ps" * self.persistent)
 
 
 @dataclass(frozen=True)
@@ -155,15 +163,16 @@ def default_ws_config(head_dim: int, causal: bool = False, key_ordered: bool = F
 
     key_ordered (V^T from `key_ordered_vt`): P crosses the loop packed four e4m3 per word
     (`pack_p`, v12), which frees the registers for FA3's tiles: 192 query rows (three consumers)
-    at head_dim 64, 128 keys in three stages at 256. Plain V^T: P crosses in float32, two
-    consumers, 128 keys at 64 and 128 (v11's stage counts), 64 keys in four stages at 256 (128
-    keys spill there)."""
+    at head_dim 64, 128 keys in three stages at 256; non-causal, one persistent program per SM
+    (v19: 0-4 % faster; causal tiles differ in length, and the hardware's dynamic order of one
+    program per tile balanced them better). Plain V^T: P crosses in float32, two consumers, 128
+    keys at 64 and 128 (v11's stage counts), 64 keys in four stages at 256 (128 keys spill there)."""
     if key_ordered:
         if head_dim <= 64:
-            return WsConfig(block_n=128, stages=3, pack_p=True, consumers=3)
+            return WsConfig(block_n=128, stages=3, pack_p=True, consumers=3, persistent=not causal)
         if head_dim <= 128:
-            return WsConfig(block_n=128, stages=3 if causal else 4, pack_p=True)
-        return WsConfig(block_n=128, stages=3, pack_p=True)
+            return WsConfig(block_n=128, stages=3 if causal else 4, pack_p=True, persistent=not causal)
+        return WsConfig(block_n=128, stages=3, pack_p=True, persistent=not causal)
     if head_dim <= 64:
         return WsConfig(block_n=128, stages=4 if causal else 3)
     if head_dim <= 128:
@@ -174,22 +183,62 @@ def default_ws_config(head_dim: int, causal: bool = False, key_ordered: bool = F
 if HAVE_GLUON:
 
     @gluon.jit
-    def _ws_loader(q_desc, k_desc, vt_desc, bufs, bars, q_row, q_col, k_row, k_col, vt_row, n_blocks,
-                   BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CONSUMERS: gl.constexpr):
-        """One warp: TMA copies of each consumer's Q rows, then K_j and V^T_j (one stage, one barrier) for
-        j = last .. 0."""
+    def _ws_tile(w, sched, seqlen_q, seqlen_k, GROUP: gl.constexpr, BLOCK_M: gl.constexpr,
+                 BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr):
+        """This program's tile in wave w (tile w * grid + program) -> (b, h, hk, m0, key blocks, masked
+        key blocks). Tiles are numbered in the teaching kernel's order: heads in L2-sized chunks,
+        longest query blocks first."""
+        n_m_blocks, batch_heads, heads_per_chunk, heads_q = sched
+        tile = w * gl.num_programs(0) + gl.program_id(0)
+        chunk_size = n_m_blocks * heads_per_chunk
+        chunk = tile // chunk_size
+        heads_here = gl.minimum(heads_per_chunk, batch_heads - chunk * heads_per_chunk)
+        r = tile - chunk * chunk_size
+        m0 = (n_m_blocks - 1 - r // heads_here) * BLOCK_M
+        bh = chunk * heads_per_chunk + r % heads_here
+        h = bh % heads_q
+        diag = seqlen_k - seqlen_q
+        if CAUSAL:
+            n_end = gl.minimum(seqlen_k, m0 + BLOCK_M + diag)
+            n_blocks = (gl.maximum(n_end, 0) + BLOCK_N - 1) // BLOCK_N
+            n_full = gl.minimum(gl.maximum(m0 + diag + 1, 0), seqlen_k) // BLOCK_N
+        else:
+            n_blocks = (seqlen_k + BLOCK_N - 1) // BLOCK_N
+            n_full = seqlen_k // BLOCK_N
+        n_full = gl.minimum(n_full, n_blocks)
+        return bh // heads_q, h, h // GROUP, m0, n_blocks, n_blocks - n_full
+
+    @gluon.jit
+    def _ws_tile_count(sched):
+        """How many tiles this program takes (waves of `grid` tiles, `_ws_tile`): one with a grid of every tile."""
+        return (sched[0] * sched[1] - gl.program_id(0) + gl.num_programs(0) - 1) // gl.num_programs(0)
+
+    @gluon.jit
+    def _ws_loader(q_desc, k_desc, vt_desc, bufs, bars, sched, seqlen_q, seqlen_k, heads_kv,
+                   GROUP: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
+                   CONSUMERS: gl.constexpr, CAUSAL: gl.constexpr):
+        """One warp: for each of the program's tiles, TMA copies of each consumer's Q rows once the
+        consumers are done with the last tile's (`q_free`), then K_j and V^T_j (one stage, one
+        barrier) for j = last .. 0. The ring runs on across tiles: the next tile's Q and first key
+        blocks load while the consumers finish the last one."""
         q_bufs, k_bufs, v_bufs = bufs
-        q_bar, ready, empty, _ = bars
-        mbarrier.expect(q_bar, CONSUMERS * q_desc.block_type.nbytes)
-        for c in gl.static_range(CONSUMERS):
-            _tma_load(q_desc, [q_row + c * 64, q_col], q_bar, q_bufs.index(c))
-        for it in range(n_blocks):
-            n0 = (n_blocks - 1 - it) * BLOCK_N
-            st = it % STAGES
-            mbarrier.wait(empty.index(st), ((it // STAGES) & 1) ^ 1)  # a fresh mbarrier counts as phase 1 done
-            mbarrier.expect(ready.index(st), k_desc.block_type.nbytes + vt_desc.block_type.nbytes)
-            _tma_load(k_desc, [k_row + n0, k_col], ready.index(st), k_bufs.index(st))
-            _tma_load(vt_desc, [vt_row, n0], ready.index(st), v_bufs.index(st))
+        q_bar, q_free, ready, empty = bars[0], bars[1], bars[2], bars[3]
+        g = 0  # key blocks loaded so far, over the program's tiles: the ring's position
+        for w in range(_ws_tile_count(sched)):
+            b, h, hk, m0, n_blocks, n_masked = _ws_tile(w, sched, seqlen_q, seqlen_k, GROUP, 64 * CONSUMERS,
+                                                        BLOCK_N, CAUSAL)
+            mbarrier.wait(q_free, (w & 1) ^ 1)  # a fresh mbarrier counts as phase 1 done
+            mbarrier.expect(q_bar, CONSUMERS * q_desc.block_type.nbytes)
+            for c in gl.static_range(CONSUMERS):
+                _tma_load(q_desc, [b * seqlen_q + m0 + c * 64, h * HEAD_DIM], q_bar, q_bufs.index(c))
+            for it in range(n_blocks):
+                n0 = (n_blocks - 1 - it) * BLOCK_N
+                st = (g + it) % STAGES
+                mbarrier.wait(empty.index(st), (((g + it) // STAGES) & 1) ^ 1)
+                mbarrier.expect(ready.index(st), k_desc.block_type.nbytes + vt_desc.block_type.nbytes)
+                _tma_load(k_desc, [b * seqlen_k + n0, hk * HEAD_DIM], ready.index(st), k_bufs.index(st))
+                _tma_load(vt_desc, [(b * heads_kv + hk) * HEAD_DIM, n0], ready.index(st), v_bufs.index(st))
+            g += n_blocks
 
     @gluon.jit
     def _ws_mask(s, n0, offs_m, seqlen_k, diag, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr,
@@ -272,17 +321,20 @@ if HAVE_GLUON:
             mbarrier.arrive(turn.index(1 - wg), count=1)
 
     @gluon.jit
-    def _ws_consumer(bufs, bars, wg, n_blocks, n_masked, m0, seqlen_q, seqlen_k, diag, scale_log2, v_descale,
-                     o_base, stride_os, l_base,
-                     BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr,
-                     CAUSAL: gl.constexpr, MAX_OFFSET: gl.constexpr, PINGPONG: gl.constexpr,
+    def _ws_consumer(bufs, bars, wg, sched, seqlen_q, seqlen_k, descales, outs, softmax_scale_log2,
+                     GROUP: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr,
+                     CONSUMERS: gl.constexpr, CAUSAL: gl.constexpr, MAX_OFFSET: gl.constexpr, PINGPONG: gl.constexpr,
                      RESCALE_UNDER_MMA: gl.constexpr, PERMUTE_KEYS: gl.constexpr, PACK_P: gl.constexpr):
-        """One warpgroup, 64 query rows: S = Q K^T and O += e4m3(P) V^T as async wgmma, the
-        softmax in between, then the epilogue. Several run side by side on the same K/V ring.
+        """One warpgroup, 64 query rows of each of the program's tiles: S = Q K^T and O += e4m3(P) V^T
+        as async wgmma, the softmax in between, then the epilogue. Several run side by side on the
+        same K/V ring.
 
         Per key block: issue S_j, issue P_{j-1} V_{j-1}, wait for S_j only, softmax of block j, wait
-        for the PV product, keep P_j for the next block (`_ws_carry`). RESCALE_UNDER_MMA (FA3's order): O's rescale by the last softmax's alpha
-        runs after S_j is issued, under that MMA, instead of before the loop turns; same bits."""
+        for the PV product, keep P_j for the next block (`_ws_carry`). Q is released after the last
+        S, the last stage after the last PV product, so the loader fills both for the next tile under
+        this one's last MMA and epilogue. RESCALE_UNDER_MMA (FA3's order): O's rescale by the last
+        softmax's alpha runs after S_j is issued, under that MMA, instead of before the loop turns;
+        same bits."""
         ROWS: gl.constexpr = 64
         s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                            instr_shape=[16, BLOCK_N, 32])
@@ -290,71 +342,90 @@ if HAVE_GLUON:
                                                            instr_shape=[16, HEAD_DIM, 32])
         p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=4)
         q_bufs, k_bufs, v_bufs = bufs
-        q_bar, ready, empty, turn = bars
+        q_bar, q_free, ready, empty, turn = bars
+        Q_DESCALE, K_DESCALE, V_DESCALE, stride_qdb, stride_qdh, stride_kdb, stride_kdh, stride_vdb, stride_vdh = (
+            descales)
+        O, LSE, stride_ob, stride_os, stride_oh, stride_lb, stride_lh = outs
         q_smem = q_bufs.index(wg)
-        r0 = m0 + wg * ROWS
-
-        offs_m = r0 + gl.arange(0, ROWS, layout=gl.SliceLayout(1, s_layout))
         zero_s = gl.zeros([ROWS, BLOCK_N], gl.float32, s_layout)
-        m_i = gl.full([ROWS], float("-inf"), gl.float32, gl.SliceLayout(1, s_layout))
-        l_i = gl.zeros([ROWS], gl.float32, gl.SliceLayout(1, s_layout))
-        acc = gl.zeros([ROWS, HEAD_DIM], gl.float32, o_layout)
-        mbarrier.wait(q_bar, 0)
-        if n_blocks > 0:
-            # Block 0 (the last key block): scores and softmax only; its PV runs in the next step.
-            mbarrier.wait(ready.index(0), 0)
-            _ws_turn(turn, wg, 0, PINGPONG)
-            s = warpgroup_mma(q_smem, k_bufs.index(0).permute((1, 0)), zero_s, use_acc=False, is_async=True)
-            _ws_pass(turn, wg, PINGPONG)
-            s = warpgroup_mma_wait(0, deps=[s])
-            if n_masked > 0:
-                s = _ws_mask(s, (n_blocks - 1) * BLOCK_N, offs_m, seqlen_k, diag, BLOCK_N, CAUSAL, s_layout)
-            p, alpha, l_i, m_i = _ws_softmax(s, m_i, l_i, scale_log2, MAX_OFFSET)
-            pc = _ws_carry(p, PACK_P)
-            for it in range(1, n_blocks):
-                st = it % STAGES
-                prev = (it - 1) % STAGES
-                mbarrier.wait(ready.index(st), (it // STAGES) & 1)  # K_j and V_j
-                _ws_turn(turn, wg, it, PINGPONG)
-                s = warpgroup_mma(q_smem, k_bufs.index(st).permute((1, 0)), zero_s, use_acc=False, is_async=True)
+        diag = seqlen_k - seqlen_q
+        g = 0  # key blocks consumed so far, over the program's tiles: the ring's position (as the loader's)
+        rnd = 0  # MMA rounds so far (PINGPONG's turns)
+        for w in range(_ws_tile_count(sched)):
+            b, h, hk, m0, n_blocks, n_masked = _ws_tile(w, sched, seqlen_q, seqlen_k, GROUP, ROWS * CONSUMERS,
+                                                        BLOCK_N, CAUSAL)
+            scale_log2 = softmax_scale_log2 * (gl.load(Q_DESCALE + b * stride_qdb + hk * stride_qdh)
+                                               * gl.load(K_DESCALE + b * stride_kdb + hk * stride_kdh))
+            v_descale = gl.load(V_DESCALE + b * stride_vdb + hk * stride_vdh)
+            r0 = m0 + wg * ROWS
+            offs_m = r0 + gl.arange(0, ROWS, layout=gl.SliceLayout(1, s_layout))
+            m_i = gl.full([ROWS], float("-inf"), gl.float32, gl.SliceLayout(1, s_layout))
+            l_i = gl.zeros([ROWS], gl.float32, gl.SliceLayout(1, s_layout))
+            acc = gl.zeros([ROWS, HEAD_DIM], gl.float32, o_layout)
+            mbarrier.wait(q_bar, w & 1)
+            if n_blocks > 0:
+                # Block 0 (the last key block): scores and softmax only; its PV runs in the next step.
+                mbarrier.wait(ready.index(g % STAGES), (g // STAGES) & 1)
+                _ws_turn(turn, wg, rnd, PINGPONG)
+                s = warpgroup_mma(q_smem, k_bufs.index(g % STAGES).permute((1, 0)), zero_s, use_acc=False,
+                                  is_async=True)
+                _ws_pass(turn, wg, PINGPONG)
+                s = warpgroup_mma_wait(0, deps=[s])
+                if n_masked > 0:
+                    s = _ws_mask(s, (n_blocks - 1) * BLOCK_N, offs_m, seqlen_k, diag, BLOCK_N, CAUSAL, s_layout)
+                p, alpha, l_i, m_i = _ws_softmax(s, m_i, l_i, scale_log2, MAX_OFFSET)
+                pc = _ws_carry(p, PACK_P)
+                for it in range(1, n_blocks):
+                    st = (g + it) % STAGES
+                    prev = (g + it - 1) % STAGES
+                    mbarrier.wait(ready.index(st), ((g + it) // STAGES) & 1)  # K_j and V_j
+                    _ws_turn(turn, wg, rnd + it, PINGPONG)
+                    s = warpgroup_mma(q_smem, k_bufs.index(st).permute((1, 0)), zero_s, use_acc=False, is_async=True)
+                    if RESCALE_UNDER_MMA:
+                        acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
+                    p8 = _ws_p_operand(pc, p_layout, PERMUTE_KEYS, PACK_P)
+                    acc = warpgroup_mma(p8, v_bufs.index(prev).permute((1, 0)), acc, is_async=True)
+                    _ws_pass(turn, wg, PINGPONG)
+                    s = warpgroup_mma_wait(1, deps=[s])  # S_j done; the PV product of block j-1 may still run
+                    if it < n_masked:
+                        s = _ws_mask(s, (n_blocks - 1 - it) * BLOCK_N, offs_m, seqlen_k, diag, BLOCK_N, CAUSAL,
+                                     s_layout)
+                    p, alpha, l_i, m_i = _ws_softmax(s, m_i, l_i, scale_log2, MAX_OFFSET)
+                    acc = warpgroup_mma_wait(0, deps=[acc])
+                    pc = _ws_carry(p, PACK_P)
+                    mbarrier.arrive(empty.index(prev), count=1)  # K_{j-1} and V_{j-1} are free
+                    if not RESCALE_UNDER_MMA:
+                        acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
+                mbarrier.arrive(q_free, count=1)  # every S of this tile is done: the next tile's Q may come
+                last = (g + n_blocks - 1) % STAGES
                 if RESCALE_UNDER_MMA:
                     acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
+                _ws_turn(turn, wg, rnd + n_blocks, PINGPONG)
                 p8 = _ws_p_operand(pc, p_layout, PERMUTE_KEYS, PACK_P)
-                acc = warpgroup_mma(p8, v_bufs.index(prev).permute((1, 0)), acc, is_async=True)
+                acc = warpgroup_mma(p8, v_bufs.index(last).permute((1, 0)), acc, is_async=True)
                 _ws_pass(turn, wg, PINGPONG)
-                s = warpgroup_mma_wait(1, deps=[s])  # S_j done; the PV product of block j-1 may still run
-                if it < n_masked:
-                    s = _ws_mask(s, (n_blocks - 1 - it) * BLOCK_N, offs_m, seqlen_k, diag, BLOCK_N, CAUSAL,
-                                 s_layout)
-                p, alpha, l_i, m_i = _ws_softmax(s, m_i, l_i, scale_log2, MAX_OFFSET)
                 acc = warpgroup_mma_wait(0, deps=[acc])
-                pc = _ws_carry(p, PACK_P)
-                mbarrier.arrive(empty.index(prev), count=1)  # K_{j-1} and V_{j-1} are free
-                if not RESCALE_UNDER_MMA:
-                    acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
-            last = (n_blocks - 1) % STAGES
-            if RESCALE_UNDER_MMA:
-                acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
-            _ws_turn(turn, wg, n_blocks, PINGPONG)
-            p8 = _ws_p_operand(pc, p_layout, PERMUTE_KEYS, PACK_P)
-            acc = warpgroup_mma(p8, v_bufs.index(last).permute((1, 0)), acc, is_async=True)
-            _ws_pass(turn, wg, PINGPONG)
-            acc = warpgroup_mma_wait(0, deps=[acc])
+                mbarrier.arrive(empty.index(last), count=1)
+                rnd += n_blocks + 1
+            else:
+                mbarrier.arrive(q_free, count=1)
+            g += n_blocks
 
-        # Epilogue (as the teaching kernel): normalise, v_descale, bf16 out, natural-log lse.
-        l_o = gl.convert_layout(l_i, gl.SliceLayout(1, o_layout))
-        m_o = gl.convert_layout(m_i, gl.SliceLayout(1, o_layout))
-        empty = l_o == 0.0
-        out = acc * gl.expand_dims((1.0 / gl.where(empty, 1.0, l_o)) * v_descale, 1)
-        m_use = gl.where(m_o == float("-inf"), 0.0, m_o)
-        lse = (m_use * scale_log2 - MAX_OFFSET + gl.log2(gl.where(empty, 1.0, l_o))) * 0.6931471805599453
-        lse = gl.where(empty, float("-inf"), lse)
-        rows = r0 + gl.arange(0, ROWS, layout=gl.SliceLayout(1, o_layout))
-        offs_d = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, o_layout))
-        in_q = rows < seqlen_q
-        o_ptrs = o_base + gl.expand_dims(rows.to(gl.int64) * stride_os, 1) + gl.expand_dims(offs_d, 0)
-        gl.store(o_ptrs, out.to(gl.bfloat16), mask=gl.expand_dims(in_q, 1))
-        gl.store(l_base + rows, lse, mask=in_q)
+            # Epilogue (as the teaching kernel): normalise, v_descale, bf16 out, natural-log lse.
+            l_o = gl.convert_layout(l_i, gl.SliceLayout(1, o_layout))
+            m_o = gl.convert_layout(m_i, gl.SliceLayout(1, o_layout))
+            no_keys = l_o == 0.0
+            out = acc * gl.expand_dims((1.0 / gl.where(no_keys, 1.0, l_o)) * v_descale, 1)
+            m_use = gl.where(m_o == float("-inf"), 0.0, m_o)
+            lse = (m_use * scale_log2 - MAX_OFFSET + gl.log2(gl.where(no_keys, 1.0, l_o))) * 0.6931471805599453
+            lse = gl.where(no_keys, float("-inf"), lse)
+            rows = r0 + gl.arange(0, ROWS, layout=gl.SliceLayout(1, o_layout))
+            offs_d = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, o_layout))
+            in_q = rows < seqlen_q
+            o_base = O + b.to(gl.int64) * stride_ob + h.to(gl.int64) * stride_oh
+            o_ptrs = o_base + gl.expand_dims(rows.to(gl.int64) * stride_os, 1) + gl.expand_dims(offs_d, 0)
+            gl.store(o_ptrs, out.to(gl.bfloat16), mask=gl.expand_dims(in_q, 1))
+            gl.store(LSE + b.to(gl.int64) * stride_lb + h.to(gl.int64) * stride_lh + rows, lse, mask=in_q)
 
     @gluon.jit
     def _fp8_attention_ws_fwd(
@@ -369,44 +440,18 @@ if HAVE_GLUON:
         CONSUMERS: gl.constexpr, CONSUMER_REGS: gl.constexpr, CAUSAL: gl.constexpr, MAX_OFFSET: gl.constexpr,
         PINGPONG: gl.constexpr, RESCALE_UNDER_MMA: gl.constexpr, PERMUTE_KEYS: gl.constexpr, PACK_P: gl.constexpr,
     ):
-        BLOCK_M: gl.constexpr = 64 * CONSUMERS
-        # The teaching kernel's schedule: heads in L2-sized chunks, longest query blocks first.
-        pid = gl.program_id(0)
-        chunk_size = n_m_blocks * heads_per_chunk
-        chunk = pid // chunk_size
-        heads_here = gl.minimum(heads_per_chunk, batch_heads - chunk * heads_per_chunk)
-        r = pid - chunk * chunk_size
-        pid_m = n_m_blocks - 1 - r // heads_here
-        pid_bh = chunk * heads_per_chunk + r % heads_here
-        b = pid_bh // heads_q
-        h = pid_bh % heads_q
-        hk = h // GROUP
-        m0 = pid_m * BLOCK_M
-
-        q_descale = gl.load(Q_DESCALE + b * stride_qdb + hk * stride_qdh)
-        k_descale = gl.load(K_DESCALE + b * stride_kdb + hk * stride_kdh)
-        v_descale = gl.load(V_DESCALE + b * stride_vdb + hk * stride_vdh)
-        scale_log2 = softmax_scale_log2 * (q_descale * k_descale)
-
-        diag = seqlen_k - seqlen_q
-        if CAUSAL:
-            n_end = gl.minimum(seqlen_k, m0 + BLOCK_M + diag)
-            n_blocks = (gl.maximum(n_end, 0) + BLOCK_N - 1) // BLOCK_N
-            n_full = gl.minimum(gl.maximum(m0 + diag + 1, 0), seqlen_k) // BLOCK_N
-        else:
-            n_blocks = (seqlen_k + BLOCK_N - 1) // BLOCK_N
-            n_full = seqlen_k // BLOCK_N
-        n_full = gl.minimum(n_full, n_blocks)
-        n_masked = n_blocks - n_full
-
+        """Program p takes tiles p, p + grid, p + 2 grid, ... (`_ws_tile`): one with a grid of every
+        tile, several with a persistent grid of one program per SM (`WsConfig.persistent`)."""
         q_bufs = gl.allocate_shared_memory(q_desc.dtype, [CONSUMERS] + q_desc.block_type.shape, q_desc.layout)
         k_bufs = gl.allocate_shared_memory(k_desc.dtype, [STAGES] + k_desc.block_type.shape, k_desc.layout)
         v_bufs = gl.allocate_shared_memory(vt_desc.dtype, [STAGES] + vt_desc.block_type.shape, vt_desc.layout)
         q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+        q_free = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
         ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         turn = gl.allocate_shared_memory(gl.int64, [CONSUMERS, 1], mbarrier.MBarrierLayout())
         mbarrier.init(q_bar, count=1)
+        mbarrier.init(q_free, count=CONSUMERS)  # every consumer is done with its Q rows
         for i in gl.static_range(CONSUMERS):
             mbarrier.init(turn.index(i), count=1)
         for i in gl.static_range(STAGES):
@@ -414,38 +459,39 @@ if HAVE_GLUON:
             mbarrier.init(empty.index(i), count=CONSUMERS)  # every consumer releases every stage
         fence_async_shared()
 
-        b64 = b.to(gl.int64)
-        o_base = O + b64 * stride_ob + h.to(gl.int64) * stride_oh
-        l_base = LSE + b64 * stride_lb + h.to(gl.int64) * stride_lh
         bufs = (q_bufs, k_bufs, v_bufs)
-        bars = (q_bar, ready, empty, turn)
+        bars = (q_bar, q_free, ready, empty, turn)
+        sched = (n_m_blocks, batch_heads, heads_per_chunk, heads_q)
+        descales = (Q_DESCALE, K_DESCALE, V_DESCALE, stride_qdb, stride_qdh, stride_kdb, stride_kdh, stride_vdb,
+                    stride_vdh)
+        outs = (O, LSE, stride_ob, stride_os, stride_oh, stride_lb, stride_lh)
         # Consumer 0 is the default partition (num_warps=4), the others workers with the same code on
         # the next 64 rows each; the loader warp (last, so the consumers fill whole warpgroups) keeps
-        # 24 registers.
+        # 24 registers. Gluon's lists are static: each consumer is spelled out.
         if CONSUMERS == 2:
             gl.warp_specialize([
-                (_ws_consumer, (bufs, bars, 0, n_blocks, n_masked, m0, seqlen_q, seqlen_k, diag, scale_log2,
-                                v_descale, o_base, stride_os, l_base, BLOCK_N, HEAD_DIM, STAGES, CAUSAL, MAX_OFFSET,
-                                PINGPONG, RESCALE_UNDER_MMA, PERMUTE_KEYS, PACK_P)),
-                (_ws_consumer, (bufs, bars, 1, n_blocks, n_masked, m0, seqlen_q, seqlen_k, diag, scale_log2,
-                                v_descale, o_base, stride_os, l_base, BLOCK_N, HEAD_DIM, STAGES, CAUSAL, MAX_OFFSET,
-                                PINGPONG, RESCALE_UNDER_MMA, PERMUTE_KEYS, PACK_P)),
-                (_ws_loader, (q_desc, k_desc, vt_desc, bufs, bars, b * seqlen_q + m0, h * HEAD_DIM, b * seqlen_k,
-                              hk * HEAD_DIM, (b * heads_kv + hk) * HEAD_DIM, n_blocks, BLOCK_N, STAGES, CONSUMERS)),
+                (_ws_consumer, (bufs, bars, 0, sched, seqlen_q, seqlen_k, descales, outs, softmax_scale_log2, GROUP,
+                                BLOCK_N, HEAD_DIM, STAGES, CONSUMERS, CAUSAL, MAX_OFFSET, PINGPONG, RESCALE_UNDER_MMA,
+                                PERMUTE_KEYS, PACK_P)),
+                (_ws_consumer, (bufs, bars, 1, sched, seqlen_q, seqlen_k, descales, outs, softmax_scale_log2, GROUP,
+                                BLOCK_N, HEAD_DIM, STAGES, CONSUMERS, CAUSAL, MAX_OFFSET, PINGPONG, RESCALE_UNDER_MMA,
+                                PERMUTE_KEYS, PACK_P)),
+                (_ws_loader, (q_desc, k_desc, vt_desc, bufs, bars, sched, seqlen_q, seqlen_k, heads_kv, GROUP, HEAD_DIM,
+                              BLOCK_N, STAGES, CONSUMERS, CAUSAL)),
             ], [4, 1], [CONSUMER_REGS, 24])
-        else:  # FA3's 192-row tile (Gluon's lists are static: a third consumer is spelled out)
+        else:  # FA3's 192-row tile
             gl.warp_specialize([
-                (_ws_consumer, (bufs, bars, 0, n_blocks, n_masked, m0, seqlen_q, seqlen_k, diag, scale_log2,
-                                v_descale, o_base, stride_os, l_base, BLOCK_N, HEAD_DIM, STAGES, CAUSAL, MAX_OFFSET,
-                                PINGPONG, RESCALE_UNDER_MMA, PERMUTE_KEYS, PACK_P)),
-                (_ws_consumer, (bufs, bars, 1, n_blocks, n_masked, m0, seqlen_q, seqlen_k, diag, scale_log2,
-                                v_descale, o_base, stride_os, l_base, BLOCK_N, HEAD_DIM, STAGES, CAUSAL, MAX_OFFSET,
-                                PINGPONG, RESCALE_UNDER_MMA, PERMUTE_KEYS, PACK_P)),
-                (_ws_consumer, (bufs, bars, 2, n_blocks, n_masked, m0, seqlen_q, seqlen_k, diag, scale_log2,
-                                v_descale, o_base, stride_os, l_base, BLOCK_N, HEAD_DIM, STAGES, CAUSAL, MAX_OFFSET,
-                                PINGPONG, RESCALE_UNDER_MMA, PERMUTE_KEYS, PACK_P)),
-                (_ws_loader, (q_desc, k_desc, vt_desc, bufs, bars, b * seqlen_q + m0, h * HEAD_DIM, b * seqlen_k,
-                              hk * HEAD_DIM, (b * heads_kv + hk) * HEAD_DIM, n_blocks, BLOCK_N, STAGES, CONSUMERS)),
+                (_ws_consumer, (bufs, bars, 0, sched, seqlen_q, seqlen_k, descales, outs, softmax_scale_log2, GROUP,
+                                BLOCK_N, HEAD_DIM, STAGES, CONSUMERS, CAUSAL, MAX_OFFSET, PINGPONG, RESCALE_UNDER_MMA,
+                                PERMUTE_KEYS, PACK_P)),
+                (_ws_consumer, (bufs, bars, 1, sched, seqlen_q, seqlen_k, descales, outs, softmax_scale_log2, GROUP,
+                                BLOCK_N, HEAD_DIM, STAGES, CONSUMERS, CAUSAL, MAX_OFFSET, PINGPONG, RESCALE_UNDER_MMA,
+                                PERMUTE_KEYS, PACK_P)),
+                (_ws_consumer, (bufs, bars, 2, sched, seqlen_q, seqlen_k, descales, outs, softmax_scale_log2, GROUP,
+                                BLOCK_N, HEAD_DIM, STAGES, CONSUMERS, CAUSAL, MAX_OFFSET, PINGPONG, RESCALE_UNDER_MMA,
+                                PERMUTE_KEYS, PACK_P)),
+                (_ws_loader, (q_desc, k_desc, vt_desc, bufs, bars, sched, seqlen_q, seqlen_k, heads_kv, GROUP, HEAD_DIM,
+                              BLOCK_N, STAGES, CONSUMERS, CAUSAL)),
             ], [4, 4, 1], [CONSUMER_REGS, CONSUMER_REGS, 24])
 
 
@@ -455,6 +501,11 @@ def ws_supported(device: torch.device | None = None) -> bool:
         return False
     dev = torch.device("cuda") if device is None else device
     return dev.type == "cuda" and torch.cuda.get_device_capability(dev) == (9, 0)
+
+
+@functools.cache
+def _sm_count(device: torch.device) -> int:
+    return torch.cuda.get_device_properties(device).multi_processor_count
 
 
 def _row_view(x: torch.Tensor, name: str) -> tuple[int, int]:
@@ -554,7 +605,8 @@ def fp8_attention_ws(
     n_m_blocks = triton.cdiv(s_q, cfg.block_m)
     batch_heads = b * h
     per_chunk = heads_per_chunk(s_k, d, h // hk, batch_heads)  # the Triton kernel's L2 chunks
-    grid = (n_m_blocks * batch_heads,)
+    n_tiles = n_m_blocks * batch_heads
+    grid = (min(n_tiles, _sm_count(q.device)) if cfg.persistent else n_tiles,)
     qd, kd, vd = descales
     _fp8_attention_ws_fwd[grid](
         q_desc, k_desc, vt_desc, out, lse, qd, kd, vd,

@@ -23,7 +23,7 @@ from fp8lab.reference.exact import dequantize
 
 __all__ = ["cast_demo", "consumer_registers", "folded_scale_error", "kernel_ratios", "key_order_values",
            "p_grid_fractions", "p_register_layout", "tuning_record", "v10_record", "v11_record",
-           "v12_consumers_record", "v12_record", "v_layout_costs", "ws_record"]
+           "v12_consumers_record", "v12_record", "v19_persistent_record", "v_layout_costs", "ws_record"]
 
 
 def _scores(q, k, q_descale, k_descale, softmax_scale):
@@ -182,6 +182,21 @@ def v12_consumers_record(results_dir: str | Path) -> pd.DataFrame:
              "ws:ws-n128s3-pw-c3-kv": "Gluon, 3 consumers (192 rows, v12)", "default": "Triton default"}
     out = _round_medians(Path(results_dir) / "bench_v12_c3.json", names)
     return out[out["head_dim"] == 64].reset_index(drop=True)
+
+
+def v19_persistent_record(results_dir: str | Path, run: int = 2) -> pd.DataFrame:
+    """Persistent programs against one program per tile, the Gluon kernel's v12 tiles with key-ordered
+    V^T in both, from one run (`bench_v19_ps<run>.json`, medians over three rounds). Run 1 gave each
+    persistent program tiles p, p + grid, ... (the committed order); run 2 alternated that order
+    wave by wave (not kept) and also timed commit c3b2016's kernel, one program per tile."""
+    names = {}
+    for label in ("ws-n128s3-pw-c3", "ws-n128s4-pw", "ws-n128s3-pw"):
+        names[f"ws:{label}-kv"] = "one program per tile"
+        names[f"ws:{label}-ps-kv"] = "persistent, one program per SM" + " (alternating order)" * (run == 2)
+    for label in ("ws-n128s3-pw-c3", "ws-n128s4-pw", "ws-n128s3-pw"):
+        names[f"v12 ws:{label}-kv"] = "v12's kernel, one program per tile"
+    names["default"] = "Triton default"
+    return _round_medians(Path(results_dir) / f"bench_v19_ps{run}.json", names)
 
 
 def v_layout_costs(results_dir: str | Path, version: str = "v2") -> pd.DataFrame:

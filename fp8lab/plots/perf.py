@@ -11,6 +11,7 @@ import pandas as pd
 import seaborn as sns
 
 __all__ = [
+    "plot_clocks",
     "plot_providers",
     "plot_quant_bandwidth",
     "plot_quant_shapes",
@@ -97,6 +98,20 @@ def plot_quant_shapes(df: pd.DataFrame, target: float = 0.85, ax: plt.Axes | Non
     ax.set_ylabel("useful bandwidth / copy bandwidth")
     ax.set_title("Per head, the same bytes quantize faster split into shorter sequences")
     ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
+    return ax
+
+
+def plot_clocks(df: pd.DataFrame, max_mhz: float = 1980.0, ax: plt.Axes | None = None) -> plt.Axes:
+    """Boxes per head dim: the SM clock while each timing ran (columns head_dim, sm_mhz; as
+    `fp8lab.bench.clocks_while_timed` returns them), against the card's maximum clock."""
+    ax = ax or plt.subplots(figsize=(6, 3.5))[1]
+    sns.boxplot(data=df, x="head_dim", y="sm_mhz", color="#9ecae1", ax=ax)
+    sns.stripplot(data=df, x="head_dim", y="sm_mhz", color="k", size=2, alpha=0.4, ax=ax)
+    ax.axhline(max_mhz, ls="--", color="k", lw=1)
+    ax.text(0.01, max_mhz + 8, f"maximum {max_mhz:.0f} MHz", fontsize=8, transform=ax.get_yaxis_transform())
+    ax.set_xlabel("head dim")
+    ax.set_ylabel("SM clock while timed (MHz)")
+    ax.set_title("At head dim 128 and 256 the card runs at its power limit")
     return ax
 
 
