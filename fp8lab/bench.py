@@ -12,13 +12,17 @@ import csv
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import TYPE_CHECKING, Callable, Iterable
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 __all__ = [
     "AttentionCase",
     "FACTS_H200",
     "H200_CEILINGS",
     "CLOCK_LOG_QUERY",
+    "POWER_CAP_BIT",
     "attention_bytes",
     "attention_flops",
     "attention_intensity",
@@ -224,7 +228,7 @@ POWER_CAP_BIT = 0x4  # nvidia-smi's clock-event reason "SW power cap": the board
 _CLOCK_COLUMNS = ("time", "sm_mhz", "mem_mhz", "power_w", "temp_c", "reasons")
 
 
-def read_clock_log(path: str | Path):
+def read_clock_log(path: str | Path) -> pd.DataFrame:
     """A log of `nvidia-smi --query-gpu=<CLOCK_LOG_QUERY> --format=csv -lms N` as a DataFrame:
     time (datetime64, the host's local clock), sm_mhz, mem_mhz, power_w, temp_c (float) and
     reasons (int, the active clock-event bits; `POWER_CAP_BIT` is the power limit). Lines that
@@ -242,7 +246,7 @@ def read_clock_log(path: str | Path):
     return out.dropna().astype({"reasons": int}).reset_index(drop=True)
 
 
-def clocks_while_timed(rows, clocks, busy_w: float = 150.0):
+def clocks_while_timed(rows: pd.DataFrame, clocks: pd.DataFrame, busy_w: float = 150.0) -> pd.DataFrame:
     """Timed rows (a DataFrame with `done_at` "YYYY/MM/DD HH:MM:SS" and `compile_and_time_s`, as
     `scripts/gpu_bench.py` writes them) with the GPU's state while each ran: the mean SM clock
     (sm_mhz), the highest power (power_w) and the share of samples at the power limit

@@ -124,7 +124,9 @@ for causal in (False, True):
 # head dim 64, and at 128, where it sits exactly at 0.900. The case below the line,
 # 2x8192x32x256 non-causal (0.894), is the one that moved most between runs before: 0.878-0.979 in
 # six runs of v12's kernels. In this run FA3 measured 1135 TFLOP/s there, its highest in any of our
-# runs. v12's own grid had 18 of 18, its other runs 14 to 18 (`bench_v12_grid_run*.json`). FA3's
+# runs. A second grid of the same code, 13 minutes later, had 18 of 18, that case at 0.924
+# (`bench_v19_grid_run2.json`). v12's own grid had 18 of 18, its other runs 14 to 18
+# (`bench_v12_grid_run*.json`). FA3's
 # numbers move by up to ~8 % between runs (part (c) shows one reason), so a case within a few per
 # cent of 0.9 is not settled by one grid. vLLM's FP8 varlen path and FA3 bf16 are behind in every
 # case. Select `record_version="v12"`, `"v11"`, `"v10"`, `"v5"` (0.75-0.92x) or `"v2"`. v2 looks
@@ -187,7 +189,7 @@ power
 # draws its 700 W limit, and `nvidia-smi` reports the software power cap as active in almost every
 # sample. The clock then drops to 1650-1900 MHz. So every kernel here, FA3 included, runs at
 # whatever clock the power budget leaves. A more power-efficient kernel gets a higher clock, and
-# the clock a timing gets depends on what ran just before it.
+# the clock a timing gets can depend on what ran just before it.
 #
 # Does the clock explain single timings? Within this run, a timing's clock and its speed relative
 # to the same kernel's median are only weakly related (next cell). A 250 ms sample and a
@@ -231,10 +233,12 @@ exp2
 # At head dim 64 the exp2 ceiling (about 1070 TFLOP/s) sits below the FP8 GEMM
 # ceiling, and the softmax's other per-score work (scale, max, sum, the P cast)
 # runs on the same SM: only a kernel that overlaps softmax with the MMAs gets close.
-# The model assumes the maximum clock. At head dim 128 and 256 the power limit of (c) takes
-# 5-12 % of it away, from every ceiling, tensor cores included.
 # FA3 does that with ping-pong warpgroups; our Triton kernel only gets the overlap
 # that two co-resident programs per SM give it.
+#
+# The model assumes the maximum clock. At head dims 128 and 256 the power limit of (c) takes
+# 5-12 % of that clock away, and with it the same share of every ceiling, the tensor cores'
+# included.
 
 # %% [markdown]
 # ## (e) Fused quantization against the copy
@@ -492,7 +496,7 @@ else:
 #   At head dim 128 and 256 the H200 runs at its 700 W limit, 1650-1900 MHz instead of 1980, so
 #   every number there depends on the power budget too (v19).
 # - fp8lab's faster kernel per case reaches 0.894-1.005x FA3 FP8 in the v19 grid, 0.9x in 17 of
-#   18 cases. v12's grid had 18 of 18, v11's 10, v10's 5. The case below the line, 2x8192x32x256
+#   18 cases, and 18 of 18 in a second v19 grid. v12's grid had 18 of 18, v11's 10, v10's 5. The case below the line, 2x8192x32x256
 #   non-causal, measured 0.878-0.979 in the v12 runs. Both kernels beat FA3 bf16 and vLLM's FP8
 #   varlen path everywhere. The older v2 grid understated ours: device syncs sat inside its timed
 #   calls.

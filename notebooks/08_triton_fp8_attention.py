@@ -513,7 +513,8 @@ ps_table.join(gain.round(3))
 # length, from 1 to 128 key blocks. A fixed list of tiles per program balances them worse than the
 # hardware does: with one program per tile, it starts the next tile on whichever SM frees first.
 # The second run alternated the order every wave, so that long and short tiles would pair up. It
-# helped at 4k and hurt at 8k and 16k (up to 8.5 %), and was not kept.
+# helped at head dim 64 with 4k tokens (+9 %) and hurt at 8k and 16k at head dims 64 and 128 (-6 to
+# -8.5 %), and was not kept.
 #
 # FA3 hands causal tiles out dynamically, through an atomic tile counter; fp8lab does not. So
 # `default_ws_config(head_dim, causal, key_ordered=True)` is persistent for non-causal attention

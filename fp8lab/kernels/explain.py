@@ -189,12 +189,11 @@ def v19_persistent_record(results_dir: str | Path, run: int = 2) -> pd.DataFrame
     V^T in both, from one run (`bench_v19_ps<run>.json`, medians over three rounds). Run 1 gave each
     persistent program tiles p, p + grid, ... (the committed order); run 2 alternated that order
     wave by wave (not kept) and also timed commit c3b2016's kernel, one program per tile."""
-    names = {}
-    for label in ("ws-n128s3-pw-c3", "ws-n128s4-pw", "ws-n128s3-pw"):
-        names[f"ws:{label}-kv"] = "one program per tile"
-        names[f"ws:{label}-ps-kv"] = "persistent, one program per SM" + " (alternating order)" * (run == 2)
-    for label in ("ws-n128s3-pw-c3", "ws-n128s4-pw", "ws-n128s3-pw"):
-        names[f"v12 ws:{label}-kv"] = "v12's kernel, one program per tile"
+    labels = ("ws-n128s3-pw-c3", "ws-n128s4-pw", "ws-n128s3-pw")  # the v12 tiles at head dim 64, 128 and 256
+    names = {f"ws:{label}-kv": "one program per tile" for label in labels}
+    names |= {f"ws:{label}-ps-kv": "persistent, one program per SM" + " (alternating order)" * (run == 2)
+              for label in labels}
+    names |= {f"v12 ws:{label}-kv": "v12's kernel, one program per tile" for label in labels}
     names["default"] = "Triton default"
     return _round_medians(Path(results_dir) / f"bench_v19_ps{run}.json", names)
 
