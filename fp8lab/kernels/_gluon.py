@@ -1,5 +1,6 @@
 """What the Gluon kernels (`attention_ws`, `quantize_onchip`) share: Gluon's imports across the
-triton versions the kit meets (3.6 on the H200 host, 3.9 in CI), and the offline sm_90 compile.
+triton versions the kit meets (3.6 on the H200 host, 3.9 in CI), the SM count their persistent
+grids are sized by, and the offline sm_90 compile.
 
 Without Gluon (triton < 3.5) only `HAVE_GLUON = False` is defined, and the CPU-only kit still
 imports both kernel modules.
@@ -7,6 +8,9 @@ imports both kernel modules.
 
 from __future__ import annotations
 
+import functools
+
+import torch
 import triton
 
 from fp8lab.env import triton_interpret
@@ -43,7 +47,13 @@ if HAVE_GLUON:  # triton 3.6 names a shared-memory view of other dtype/shape _re
 
 
 __all__ = ["HAVE_GLUON", "TensorDescriptor", "compile_sm90", "fence_async_shared", "gl", "gluon", "mbarrier",
-           "smem_reinterpret", "thread_barrier", "tma_load", "warpgroup_mma", "warpgroup_mma_wait"]
+           "sm_count", "smem_reinterpret", "thread_barrier", "tma_load", "warpgroup_mma", "warpgroup_mma_wait"]
+
+
+@functools.cache
+def sm_count(device: torch.device) -> int:
+    """Streaming multiprocessors of a CUDA device (132 on an H200), looked up once per device."""
+    return torch.cuda.get_device_properties(device).multi_processor_count
 
 
 def compile_sm90(kernel, types: dict[str, str], const: dict, divisible_by_16: tuple[str, ...] = (), **options):

@@ -56,13 +56,12 @@ pre-transposed or key-ordered, Q/K/out with head_dim contiguous and rows of (hea
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 
 import torch
 import triton
 
-from fp8lab.kernels._gluon import HAVE_GLUON, compile_sm90
+from fp8lab.kernels._gluon import HAVE_GLUON, compile_sm90, sm_count
 from fp8lab.kernels.attention import heads_per_chunk
 from fp8lab.layout import check_attention_inputs, check_descale, check_softmax_scale
 
@@ -503,11 +502,6 @@ def ws_supported(device: torch.device | None = None) -> bool:
     return dev.type == "cuda" and torch.cuda.get_device_capability(dev) == (9, 0)
 
 
-@functools.cache
-def _sm_count(device: torch.device) -> int:
-    return torch.cuda.get_device_properties(device).multi_processor_count
-
-
 def _row_view(x: torch.Tensor, name: str) -> tuple[int, int]:
     """(rows, row stride) of a (b, s, h, d) tensor read as a 2-D (b*s, h*d) matrix."""
     b, s, h, d = x.shape
@@ -606,7 +600,7 @@ def fp8_attention_ws(
     batch_heads = b * h
     per_chunk = heads_per_chunk(s_k, d, h // hk, batch_heads)  # the Triton kernel's L2 chunks
     n_tiles = n_m_blocks * batch_heads
-    grid = (min(n_tiles, _sm_count(q.device)) if cfg.persistent else n_tiles,)
+    grid = (min(n_tiles, sm_count(q.device)) if cfg.persistent else n_tiles,)
     qd, kd, vd = descales
     _fp8_attention_ws_fwd[grid](
         q_desc, k_desc, vt_desc, out, lse, qd, kd, vd,

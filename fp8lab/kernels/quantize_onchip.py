@@ -84,7 +84,7 @@ import torch
 import triton
 
 from fp8lab.env import triton_interpret
-from fp8lab.kernels._gluon import HAVE_GLUON, compile_sm90
+from fp8lab.kernels._gluon import HAVE_GLUON, compile_sm90, sm_count
 from fp8lab.kernels.fp8_rounding import TINY_DESCALE
 
 if HAVE_GLUON:
@@ -204,7 +204,7 @@ def onchip_plan(x: torch.Tensor, batch: int, seqlen: int, heads: int, head_dim: 
         if x.device.type != "cuda" or torch.cuda.get_device_capability(x.device) != (9, 0):
             got = torch.cuda.get_device_capability(x.device) if x.device.type == "cuda" else x.device.type
             return f"it needs an sm_90 (Hopper) GPU, got {got}"
-        sms = torch.cuda.get_device_properties(x.device).multi_processor_count
+        sms = sm_count(x.device)
     es = x.element_size()
     if head_dim & (head_dim - 1) or not 16 <= head_dim <= 256:
         return f"head_dim must be a power of two in 16..256 (a TMA box row), got {head_dim}"
