@@ -525,6 +525,67 @@ ps_table.join(gain.round(3))
 # and the rest 31. That last partial wave is there with or without persistent programs.
 
 # %% [markdown]
+# ## (m) Tiles from a counter, and one tile without a loop (v20)
+#
+# FA3 does not give its persistent programs fixed lists. A program asks a global counter for its
+# next tile (one atomic add), so whichever SM frees first takes the next tile, as the hardware does
+# with one program per tile. `WsConfig(persistent=True, dynamic=True)` does the same:
+#
+# - Program p starts with tile p. Its loader warp asks the counter at the start of each tile
+#   (`gl.atomic_add`), so the answer's latency hides under that tile's loads. Counter value c means
+#   tile grid + c, and a number past the last tile means "done".
+# - The loader writes the number into shared memory for the consumers. There are two slots, each
+#   with its own mbarrier. A slot is reused only after the consumers have released the Q buffers
+#   of the tile that last used it, so they have read it.
+# - The consumers read the next number after their epilogue.
+# - The last program to finish sets the counter back to zero (a second counter of programs done).
+#   So no kernel has to clear it before a launch, and a CUDA graph's replays find it at zero. A GPU
+#   test replays a captured launch.
+#
+# The order of the tiles is unchanged (heads in L2-sized chunks, longest query blocks first), and so
+# is every tile's arithmetic: the same bits again, which the GPU tests check.
+#
+# v20 also builds one program per tile without the tile loop. The persistence switch is a
+# constexpr, and with it off the kernel is the loop's body, run once. Compiled offline, the causal
+# kernel is about 10 % shorter (5362 against 5952 SASS lines at head dim 64, 4146 against 4600 at 128,
+# 4986 against 5568 at 256), with the same main loop and no spills in either.
+#
+# Two runs timed all of this, three interleaved rounds each (`results/h200/bench_v20_dy1.json` for
+# head dim 64, `bench_v20_dy2.json` for 128 and 256). Commit 3f90e40's kernel (v19) ran alongside,
+# one program per tile:
+
+# %%
+dy = explain.v20_dynamic_record(rdir)
+plots.plot_ws(dy, title="v20: fixed lists, a tile counter, and one program per tile (same runs)")
+plt.show()
+by_kernel = dy.pivot_table(index="case", columns="kernel", values="tflops", sort=False, observed=True)
+counter_gain = (by_kernel["persistent, tile counter (v20)"] / by_kernel["persistent, fixed list (v19)"] - 1)
+no_loop_gain = (by_kernel["one program per tile"] / by_kernel["v19's kernel, one program per tile"] - 1).dropna()
+record("v20_counter_gain", counter_gain.round(3).to_dict())
+record("v20_no_loop_gain", no_loop_gain.round(3).to_dict())
+explain.kernel_ratios(dy).join(counter_gain.round(3).rename("counter vs list")).join(
+    no_loop_gain.round(3).rename("no loop vs v19"))
+
+# %% [markdown]
+# What the two runs say:
+#
+# - **Non-causal, counter against fixed list.** At head dims 128 and 256 it was faster in 5 of 6
+#   cases, by 0.6-2.4 %, and 0.4 % slower in the sixth. At 64 it was even at 4k and 8k tokens and
+#   4 % slower at 16k. So `default_ws_config(..., key_ordered=True)` takes tiles from the counter
+#   at 128 and 256 and keeps the fixed list at 64.
+# - **Causal.** The counter beat the fixed list in 7 of 9 cases, so it does balance unequal tiles
+#   better. Against one program per tile, now built without the loop, it was split: faster in 4
+#   cases (head dim 64 with 4k and 8k tokens, by 6.6 % and 2.1 %; 128 with 4k, 1.7 %; 256 with 8k,
+#   0.3 %), slower in 5 (by up to 6.5 %, head dim 256 with 4k tokens). Causal stays one program per
+#   tile; at head dim 64 with 4k tokens the Triton kernel is faster than either.
+# - **The loop, gone.** The same one-program-per-tile tiles ran 0.6-8.9 % faster than in v19's
+#   kernel in 8 of the 9 causal cases, most at head dim 256 with 8k tokens. At head dim 128 with 4k
+#   tokens they were 0.4 % slower. We did not find why it pays this much; the offline SASS shows only
+#   the shorter code around the main loop.
+#
+# The grids of notebook 07 (v20) use these defaults: 0.9x FA3 FP8 in all 18 cases, twice.
+
+# %% [markdown]
 # ## Summary
 #
 # - The kernel is FA3's FP8 forward: descales folded into the exp2-domain scale,
@@ -542,6 +603,9 @@ ps_table.join(gain.round(3))
 #   the MMA as the same words, makes room for FA3's tiles (v12).
 # - One program per SM, taking tile after tile, hides each tile's start behind the last one's end:
 #   0-4 % for non-causal attention. Causal tiles of unequal length need a dynamic order (v19).
+# - FA3's tile counter gives that order: one atomic add per tile, reset by the launch's last program
+#   (v20). It helped non-causal attention at head dims 128 and 256. For causal attention, one
+#   program per tile, built without the tile loop, stayed ahead in most cases.
 #
 # ## Exercises
 #
@@ -558,6 +622,9 @@ ps_table.join(gain.round(3))
 #    keys and three consumers? Set `answer_6`.
 # 7. With persistent programs on a 132-SM H200, at 4x4096x32x64 non-causal (the default tile of 192
 #    query rows at head dim 64), how many tiles does the busiest program take? Set `answer_7`.
+# 8. With the tile counter (`dynamic=True`), a launch has T tiles and G < T programs. How many atomic
+#    adds on the tile counter does it make in all, counting the last one of each program, which
+#    finds no tile? Set `answer_8` for 2x8192x32x128 causal (128 query rows per tile, 132 programs).
 
 # %%
 answer_1 = None  # a ratio
@@ -567,6 +634,7 @@ answer_4 = None  # a key index in 0..31
 answer_5 = None  # a column in 0..31
 answer_6 = None  # registers
 answer_7 = None  # tiles
+answer_8 = None  # atomic adds
 
 # %% tags=["solution", "hide-input"]
 # Solution (collapsed): computed, not typed in.
@@ -584,6 +652,8 @@ if answer_6 is None:
     answer_6 = 64 * 128 // 128 // 4  # 64 rows x 128 keys over 128 threads, four per word; consumers do not matter
 if answer_7 is None:
     answer_7 = math.ceil(math.ceil(4096 / 192) * 4 * 32 / 132)  # 22 query blocks x 4 x 32 = 2816 tiles over 132
+if answer_8 is None:
+    answer_8 = (8192 // 128) * 2 * 32  # T - G tiles taken after the first G, plus G that find none: T
 
 # %%
 err0 = float(rel_l2(fp8_attention(qp, kp, vp, *dp, max_offset=0.0), exact_p))
@@ -600,5 +670,7 @@ assert answer_6 == explain.consumer_registers(64, 128, consumers=3)["p_packed"],
 cfg7 = WsConfig(block_n=128, stages=3, pack_p=True, consumers=3, persistent=True)
 assert cfg7 == default_ws_config(64, False, key_ordered=True), "not the default tile any more: update exercise 7"
 assert answer_7 == math.ceil(math.ceil(4096 / cfg7.block_m) * 4 * 32 / 132), "tiles = query blocks x batch x heads"
+tiles8, grid8 = math.ceil(8192 / WsConfig().block_m) * 2 * 32, 132
+assert answer_8 == (tiles8 - grid8) + grid8, "one add per tile after the first G, and one per program that finds none"
 print(f"1: {answer_1:.3f}x   2: block_n {answer_2}   3: {answer_3:.0f}   4: key {answer_4}   5: column {answer_5}   "
-      f"6: {answer_6} registers   7: {answer_7} tiles")
+      f"6: {answer_6} registers   7: {answer_7} tiles   8: {answer_8} atomic adds")

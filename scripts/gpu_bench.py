@@ -912,7 +912,7 @@ def _wc(label: str) -> tuple["object", bool]:
     opts = m.group(3).split("-")
     return W.WsConfig(block_n=int(m.group(1)), stages=int(m.group(2)), pingpong="pp" in opts,
                       rescale_under_mma="ru" in opts, pack_p="pw" in opts, consumers=3 if "c3" in opts else 2,
-                      persistent="ps" in opts), "kv" in opts
+                      persistent="ps" in opts, dynamic="dy" in opts), "kv" in opts
 
 
 def v11_ws_candidates(d: int, causal: bool) -> list[tuple[str, "object", bool]]:
@@ -950,7 +950,7 @@ def v11(run: Run, prov: dict, dims: tuple[int, ...] = (64, 128, 256), repeats: i
     def old_config(cfg):
         """cfg as the old kernel's WsConfig, or None where cfg sets a field it lacks (persistent: the
         same bits are expected from one program per tile, so the old kernel's run of that config)."""
-        cfg = dataclasses.replace(cfg, persistent=False)
+        cfg = dataclasses.replace(cfg, persistent=False, dynamic=False)
         fields = {k: v for k, v in dataclasses.asdict(cfg).items() if k in old.WsConfig.__dataclass_fields__}
         return old.WsConfig(**fields) if W.WsConfig(**fields) == cfg else None
 

@@ -53,18 +53,23 @@ def test_bad_input_is_named_before_launch():
 COMPILE = """
 import json, sys
 from fp8lab.kernels import attention_ws as W
-k = W.compile_ws_sm90(int(sys.argv[1]), sys.argv[2] == "1", permute_keys=sys.argv[3] == "1")  # the default config
+import dataclasses
+cfg = W.default_ws_config(int(sys.argv[1]), sys.argv[2] == "1", sys.argv[3] == "1")  # the default config
+if sys.argv[4] == "1":  # persistent programs taking tiles from the counter
+    cfg = dataclasses.replace(cfg, persistent=True, dynamic=True)
+k = W.compile_ws_sm90(int(sys.argv[1]), sys.argv[2] == "1", cfg, permute_keys=sys.argv[3] == "1")
 print(json.dumps(dict(ptx=k.asm["ptx"], shared=k.metadata.shared)))
 """
 
 
 @needs_gluon
-@pytest.mark.parametrize("head_dim,causal,permute_keys", [(64, False, False), (128, True, False), (256, False, False),
-                                                         (64, False, True), (128, False, True), (256, True, True)])
-def test_sm90_compile_has_the_fa3_schedule(head_dim, causal, permute_keys):
+@pytest.mark.parametrize("head_dim,causal,permute_keys,dynamic", [
+    (64, False, False, False), (128, True, False, False), (256, False, False, False), (64, False, True, False),
+    (128, False, True, False), (256, True, True, False), (128, True, True, True)])
+def test_sm90_compile_has_the_fa3_schedule(head_dim, causal, permute_keys, dynamic):
     # Gluon does not run under TRITON_INTERPRET=1 (set for these tests): compile in a clean process
     env = {key: val for key, val in os.environ.items() if key != "TRITON_INTERPRET"}
-    args = [str(head_dim), str(int(causal)), str(int(permute_keys))]
+    args = [str(head_dim), str(int(causal)), str(int(permute_keys)), str(int(dynamic))]
     done = subprocess.run([sys.executable, "-c", COMPILE, *args], env=env,
                           capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -80,11 +85,15 @@ def test_sm90_compile_has_the_fa3_schedule(head_dim, causal, permute_keys):
     assert re.search(r"setmaxnreg\.inc\.sync\.aligned\.u32\s+%d" % cfg.consumer_regs, ptx)
     assert ring <= k["shared"] <= ring + 2048
     # P's conversion to the PV wgmma's A operand: 64 index shuffles per consumer and block with
-    # plain V^T; with key-ordered V^T none (one is left, outside the loop)
-    assert (ptx.count("shfl.sync.idx") <= 1) if permute_keys else (ptx.count("shfl.sync.idx") >= 32)
+    # plain V^T; with key-ordered V^T none (one is left, outside the loop; dynamic: one more per atomic,
+    # its result handed from the lane that ran it to the loader warp's others)
+    shuffles = ptx.count("shfl.sync.idx")
+    assert (shuffles <= 1 + 2 * dynamic) if permute_keys else (shuffles >= 32)
     # pack_p (the key-ordered default, v12): P crosses the loop as four e4m3 per word,
     # packed by the kernel's inline PTX, and its words are the PV wgmma's A registers as they are
     assert ("cvt.rn.satfinite.e4m3x2.f32 lo" in ptx) == cfg.pack_p == permute_keys
+    # the dynamic scheduler: one atomic per tile taken, one when a program is done (the counter's reset)
+    assert len(re.findall(r"atom\.global\.\S*add", ptx)) == (2 if dynamic else 0)
 
 
 @pytest.mark.gpu
@@ -177,11 +186,11 @@ def test_gpu_three_consumers_give_the_same_bits(d):
 @needs_gluon
 @pytest.mark.parametrize("d", [64, 128, 256])
 def test_gpu_persistent_programs_give_the_same_bits(d):
-    """With one program per SM (`persistent`) a program takes several tiles in turn, its K/V ring,
-    Q buffers and ping-pong turns running on from one tile to the next; no tile's arithmetic
-    changes, so the bits are those of one program per tile. Shapes with more tiles than SMs:
-    causal tiles of every length, tiles with no key at all (more queries than keys, causal),
-    ragged blocks, GQA."""
+    """With one program per SM (`persistent`) a program takes several tiles in turn, from a fixed
+    list or (`dynamic`) from a counter, its K/V ring, Q buffers and ping-pong turns running on from
+    one tile to the next; no tile's arithmetic changes, so the bits are those of one program per
+    tile, launch after launch. Shapes with more tiles than SMs: causal tiles of every length, tiles
+    with no key at all (more queries than keys, causal), ragged blocks, GQA."""
     gen = torch.Generator().manual_seed(d + 31)
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     for (b, sq, sk, hq, hk), causal in (((3, 1000, 1008, 16, 4), True), ((3, 1000, 1008, 16, 4), False),
@@ -194,18 +203,53 @@ def test_gpu_persistent_programs_give_the_same_bits(d):
             assert -(-sq // cfg.block_m) * b * hq > sms  # several tiles per program
             one = W.fp8_attention_ws(q, k, vt, q_descale=qd, k_descale=kd, v_descale=vd, causal=causal,
                                      config=dataclasses.replace(cfg, persistent=False))
-            per = W.fp8_attention_ws(q, k, vt, q_descale=qd, k_descale=kd, v_descale=vd, causal=causal,
-                                     config=dataclasses.replace(cfg, persistent=True))
-            assert torch.equal(per[0], one[0]) and torch.equal(per[1], one[1]), (sq, sk, causal, cfg.label())
+            for run in range(2):  # the dynamic scheduler's counter is back at zero after each launch
+                for dynamic in (False, True):
+                    per = W.fp8_attention_ws(q, k, vt, q_descale=qd, k_descale=kd, v_descale=vd, causal=causal,
+                                             config=dataclasses.replace(cfg, persistent=True, dynamic=dynamic))
+                    assert torch.equal(per[0], one[0]) and torch.equal(per[1], one[1]), (sq, sk, causal, cfg.label(),
+                                                                                          dynamic, run)
+            assert W._tile_counter(q.device).tolist() == [0, 0]
         emu = attention_fa3_fp8(q, k, v, qd, kd, vd, causal=causal, block_n=cfg.block_n)
         exact = attention_exact(q, k, v, q_descale=qd, k_descale=kd, v_descale=vd, causal=causal)
         assert torch.isfinite(per[0]).all() and rel_l2(per[0], emu) <= 0.6 * rel_l2(emu, exact), (sq, sk, causal)
+
+
+@pytest.mark.gpu
+@pytest.mark.hopper
+@needs_gluon
+def test_gpu_dynamic_tiles_replay_in_a_cuda_graph():
+    """The tile counter is left at zero by every launch, so a captured launch replays with the same
+    bits, on the capture's stream, with no kernel to reset it."""
+    gen = torch.Generator().manual_seed(37)
+    b, s, h, d = 2, 2000, 8, 128
+    q, k, v = (fp8(gen, b, s, h, d, device="cuda") for _ in range(3))
+    qd, kd, vd = ((torch.rand(b, h, generator=gen) * 0.4 + 0.05).cuda() for _ in range(3))
+    kv = W.key_ordered_vt(v)
+    cfg = dataclasses.replace(W.default_ws_config(d, True, key_ordered=True), persistent=True, dynamic=True)
+    call = lambda: W.fp8_attention_ws(q, k, kv, q_descale=qd, k_descale=kd, v_descale=vd, causal=True,  # noqa: E731
+                                      config=cfg)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        want = call()  # warm-up: compiles, and allocates the stream's counter outside the capture
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=stream):
+            got = call()
+        for _ in range(3):
+            graph.replay()
+    torch.cuda.current_stream().wait_stream(stream)
+    torch.cuda.synchronize()
+    assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
 
 
 def test_ws_config_is_checked():
     assert W.WsConfig(consumers=3).block_m == 192 and W.WsConfig().block_m == 128
     assert W.WsConfig(consumers=3, pack_p=True).label() == "ws-n128s2-pw-c3"
     assert W.WsConfig(block_n=64, stages=4, persistent=True).label() == "ws-n64s4-ps"
+    assert W.WsConfig(persistent=True, dynamic=True).label() == "ws-n128s2-ps-dy"
+    with pytest.raises(ValueError, match="dynamic.*persistent=False"):
+        W.WsConfig(dynamic=True)
     with pytest.raises(ValueError, match="consumers must be 2 or 3, got 4"):
         W.WsConfig(consumers=4)
     with pytest.raises(ValueError, match="pingpong"):
@@ -295,7 +339,7 @@ def test_gpu_key_ordered_v_gives_the_same_attention(d):
 
 
 def test_v12_records_and_register_counts():
-    """Notebook 08 (k), (l): the recorded runs read back, and the register arithmetic behind them."""
+    """Notebook 08 (k), (l), (m): the recorded runs read back, and the register arithmetic behind them."""
     from fp8lab.kernels import explain
 
     rdir = ROOT / "results" / "h200"
@@ -313,6 +357,11 @@ def test_v12_records_and_register_counts():
         ps = explain.v19_persistent_record(rdir, run)
         assert ps["case"].nunique() == 18 and ps["ratio"].between(0.3, 1.5).all()
         assert {"one program per tile", "Triton default"} <= set(ps["kernel"]) and ps["kernel"].nunique() == 2 + run
+    dy = explain.v20_dynamic_record(rdir)  # v20: fixed lists, the tile counter, one program per tile
+    assert dy["case"].nunique() == 18 and dy["ratio"].between(0.3, 1.5).all()
+    per_case = dy.groupby("case", sort=False)["kernel"].nunique()
+    assert (per_case == dy.drop_duplicates("case").set_index("case")["causal"].map({False: 4, True: 5})).all()
+    assert set(dy["head_dim"]) == {64, 128, 256}
     r3 = explain.consumer_registers(64, 128, consumers=3)
     assert r3["budget"] == W.WsConfig(consumers=3).consumer_regs == 160
     assert r3["o"] + r3["s"] + r3["p_float32"] >= r3["budget"] > r3["o"] + r3["s"] + r3["p_packed"]

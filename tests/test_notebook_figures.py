@@ -44,6 +44,10 @@ def test_triton_kernel_lesson(executed_notebooks):
     assert len(ratios) == 18 and all(0.3 < r < 1.5 for r in ratios.values())
     gain = f["v19_persistent_gain"]  # persistent programs against one per tile, v19's first run
     assert len(gain) == 18 and all(g > 0 for case, g in gain.items() if "causal" not in case)
+    counter = f["v20_counter_gain"]  # the tile counter against fixed lists: ahead at head dims 128 and 256 on the whole
+    assert len(counter) == 18 and sum(g for case, g in counter.items() if "x64" not in case) > 0
+    no_loop = f["v20_no_loop_gain"]  # one program per tile without the tile loop, against v19's kernel (causal)
+    assert len(no_loop) == 9 and sorted(no_loop.values())[4] > 0
 
 
 def test_performance_record(executed_notebooks):

@@ -23,7 +23,8 @@ from fp8lab.reference.exact import dequantize
 
 __all__ = ["cast_demo", "consumer_registers", "folded_scale_error", "kernel_ratios", "key_order_values",
            "p_grid_fractions", "p_register_layout", "tuning_record", "v10_record", "v11_record",
-           "v12_consumers_record", "v12_record", "v19_persistent_record", "v_layout_costs", "ws_record"]
+           "v12_consumers_record", "v12_record", "v19_persistent_record", "v20_dynamic_record", "v_layout_costs",
+           "ws_record"]
 
 
 def _scores(q, k, q_descale, k_descale, softmax_scale):
@@ -196,6 +197,22 @@ def v19_persistent_record(results_dir: str | Path, run: int = 2) -> pd.DataFrame
     names |= {f"v12 ws:{label}-kv": "v12's kernel, one program per tile" for label in labels}
     names["default"] = "Triton default"
     return _round_medians(Path(results_dir) / f"bench_v19_ps{run}.json", names)
+
+
+def v20_dynamic_record(results_dir: str | Path) -> pd.DataFrame:
+    """Three ways to hand tiles to the Gluon kernel's programs, v12's tiles with key-ordered V^T in
+    all, and commit 3f90e40's kernel (v19) one program per tile, from two runs of three rounds each
+    (medians): head dim 64 from `bench_v20_dy1.json`, 128 and 256 from `bench_v20_dy2.json`. One
+    program per tile was timed causal only (non-causal it was v19's default no longer)."""
+    labels = ("ws-n128s3-pw-c3", "ws-n128s4-pw", "ws-n128s3-pw")  # the v12 tiles at head dim 64, 128 and 256
+    names = {f"ws:{label}-kv": "one program per tile" for label in labels}
+    names |= {f"ws:{label}-ps-kv": "persistent, fixed list (v19)" for label in labels}
+    names |= {f"ws:{label}-ps-dy-kv": "persistent, tile counter (v20)" for label in labels}
+    names |= {f"v19 ws:{label}-kv": "v19's kernel, one program per tile" for label in labels}
+    names["default"] = "Triton default"
+    first = _round_medians(Path(results_dir) / "bench_v20_dy1.json", names)
+    second = _round_medians(Path(results_dir) / "bench_v20_dy2.json", names)
+    return pd.concat([first[first["head_dim"] == 64], second[second["head_dim"] > 64]], ignore_index=True)
 
 
 def v_layout_costs(results_dir: str | Path, version: str = "v2") -> pd.DataFrame:

@@ -1,0 +1,19 @@
+#!/bin/bash
+# run17 call 2: the Gluon test file's last five GPU tests (call 1 hit its limit after 14 passed); d=128,256 timings against HEAD 3f90e40's kernel
+set -u
+# fp8lab/kernels/_v19_attention_ws.py: commit 3f90e40's fp8lab/kernels/attention_ws.py (git show), for --old v19
+python3 -m pip install -q --no-index --no-deps --target /tmp/site .gpu/*.whl
+export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 MPLBACKEND=Agg
+xz -dc .gpu/_vllm_fa3_C.abi3.so.xz > /tmp/_vllm_fa3_C.abi3.so && export FP8LAB_VLLM_FA3_LIB=/tmp/_vllm_fa3_C.abi3.so
+{ nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,power.limit --format=csv; python3 -c "import torch, triton, sys; print(torch.__version__, triton.__version__, torch.version.cuda, sys.version)"; } > $OUT/gpu.txt 2>&1
+Q=$(python3 -c "from fp8lab.bench import CLOCK_LOG_QUERY; print(CLOCK_LOG_QUERY)")
+nvidia-smi --query-gpu=$Q --format=csv -lms 250 > $OUT/clocks.csv 2>&1 &
+SMI=$!
+timeout 200 python3 -m pytest -q -x -m gpu tests/test_kernels_attention_ws.py -p no:cacheprovider -k "persistent_programs_give_the_same_bits and 256 or dynamic_tiles or key_ordered_v_gives" > $OUT/tests.log 2>&1; echo "rc=$?" >> $OUT/tests.log
+tail -3 $OUT/tests.log
+C="128:ws-n128s4-pw-ps-kv,128:ws-n128s4-pw-ps-dy-kv,128c:ws-n128s3-pw-kv,128c:ws-n128s3-pw-ps-kv,128c:ws-n128s3-pw-ps-dy-kv"
+C="$C,256:ws-n128s3-pw-ps-kv,256:ws-n128s3-pw-ps-dy-kv,256c:ws-n128s3-pw-kv,256c:ws-n128s3-pw-ps-kv,256c:ws-n128s3-pw-ps-dy-kv"
+timeout 290 python3 scripts/gpu_bench.py --v11 --old v19 --dims 128,256 --ws-candidates "$C" --repeats 3 --budget 275 --out $OUT > $OUT/bench.log 2>&1; echo "rc=$?" >> $OUT/bench.log
+kill $SMI
+tail -14 $OUT/bench.log
+ls $OUT
