@@ -81,6 +81,8 @@ def test_sm90_compile_has_the_fa3_schedule(head_dim, causal, permute_keys, dynam
     assert "wgmma.wait_group.sync.aligned 1;" in ptx
     assert "cp.async.bulk.tensor" in ptx  # TMA loads
     cfg = W.default_ws_config(head_dim, causal, permute_keys)
+    if dynamic:
+        cfg = dataclasses.replace(cfg, persistent=True, dynamic=True)
     ring = cfg.stages * 2 * cfg.block_n * head_dim + cfg.block_m * head_dim  # e4m3: one byte each
     assert re.search(r"setmaxnreg\.inc\.sync\.aligned\.u32\s+%d" % cfg.consumer_regs, ptx)
     assert ring <= k["shared"] <= ring + 2048
@@ -88,12 +90,12 @@ def test_sm90_compile_has_the_fa3_schedule(head_dim, causal, permute_keys, dynam
     # plain V^T; with key-ordered V^T none (one is left, outside the loop; dynamic: one more per atomic,
     # its result handed from the lane that ran it to the loader warp's others)
     shuffles = ptx.count("shfl.sync.idx")
-    assert (shuffles <= 1 + 2 * dynamic) if permute_keys else (shuffles >= 32)
+    assert (shuffles <= 1 + 2 * cfg.dynamic) if permute_keys else (shuffles >= 32)
     # pack_p (the key-ordered default, v12): P crosses the loop as four e4m3 per word,
     # packed by the kernel's inline PTX, and its words are the PV wgmma's A registers as they are
     assert ("cvt.rn.satfinite.e4m3x2.f32 lo" in ptx) == cfg.pack_p == permute_keys
     # the dynamic scheduler: one atomic per tile taken, one when a program is done (the counter's reset)
-    assert len(re.findall(r"atom\.global\.\S*add", ptx)) == (2 if dynamic else 0)
+    assert len(re.findall(r"atom\.global\.\S*add", ptx)) == (2 if cfg.dynamic else 0)
 
 
 @pytest.mark.gpu
