@@ -571,22 +571,31 @@ explain.kernel_ratios(dy).join(counter_gain.round(3).rename("counter vs list")).
 #
 # - **Non-causal, counter against fixed list.** At head dims 128 and 256 it was faster in 5 of 6
 #   cases, by 0.6-2.4 %, and 0.4 % slower in the sixth; in a later run it was faster in all 6, by
-#   1.2-3.9 %. At 64 it was even at 4k and 8k tokens and 4 % slower at 16k. So `default_ws_config(..., key_ordered=True)` takes tiles from the counter
-#   at 128 and 256 and keeps the fixed list at 64.
+#   1.2-3.9 %. At 64 it was even at 4k and 8k tokens and 4 % slower at 16k. So
+#   `default_ws_config(..., key_ordered=True)` takes tiles from the counter at 128 and 256 and keeps
+#   the fixed list at 64.
 # - **Causal.** The counter beat the fixed list in 7 of 9 cases, so it does balance unequal tiles
 #   better. Against one program per tile, now built without the loop, it was split: faster in 4
 #   cases (head dim 64 with 4k and 8k tokens, by 6.6 % and 2.1 %; 128 with 4k, 1.7 %; 256 with 8k,
 #   0.3 %), slower in 5 (by up to 6.5 %, head dim 256 with 4k tokens). A later run
 #   (`bench_v20_dy3.json`, two rounds) had the counter ahead in 8 of 9 causal cases and tied in the
-#   ninth. Only 4k tokens at head dims 64 and 128, and 8k at 64 and 256, favoured it in both runs. So causal
-#   stays one program per tile, the default both grids of notebook 07 were measured with, and the
-#   choice is open; at head dim 64 with 4k tokens the Triton kernel is faster than either.
+#   ninth. Only 4k tokens at head dims 64 and 128, and 8k at 64 and 256, favoured it in both runs.
+#   Two grids of each settled it (v21, next cell): over the 9 causal cases the Gluon kernel reached
+#   0.964x FA3 FP8 on average with the counter, 0.953x with one program per tile, the 4k-token
+#   cases up by 1.8-6.0 points. So the key-ordered default takes the counter for causal attention
+#   too.
 # - **The loop, gone.** The same one-program-per-tile tiles ran 0.6-8.9 % faster than in v19's
 #   kernel in 8 of the 9 causal cases, most at head dim 256 with 8k tokens. At head dim 128 with 4k
 #   tokens they were 0.4 % slower. We did not find why it pays this much; the offline SASS shows only
 #   the shorter code around the main loop.
 #
-# The grids of notebook 07 (v20) use these defaults: 0.9x FA3 FP8 in all 18 cases, twice.
+# v20's two grids (causal one program per tile) had 0.9x FA3 FP8 in all 18 cases; v21's, with the
+# counter for causal attention too, 17 and 18 of 18 (notebook 07).
+
+# %%
+causal_grids = explain.v21_causal_grids(rdir)
+record("v21_causal_mean_ratio", causal_grids.mean().round(3).to_dict())
+causal_grids.assign(**{"counter - one per tile": causal_grids["counter"] - causal_grids["one program per tile"]})
 
 # %% [markdown]
 # ## Summary
@@ -607,8 +616,8 @@ explain.kernel_ratios(dy).join(counter_gain.round(3).rename("counter vs list")).
 # - One program per SM, taking tile after tile, hides each tile's start behind the last one's end:
 #   0-4 % for non-causal attention. Causal tiles of unequal length need a dynamic order (v19).
 # - FA3's tile counter gives that order: one atomic add per tile, reset by the launch's last program
-#   (v20). It helped non-causal attention at head dims 128 and 256. For causal attention, one
-#   program per tile, built without the tile loop, stayed ahead in most cases.
+#   (v20). It helped non-causal attention at head dims 128 and 256, and causal attention on average
+#   (v21), most at 4k tokens.
 #
 # ## Exercises
 #

@@ -364,6 +364,14 @@ def test_v12_records_and_register_counts():
     per_case = dy.groupby("case", sort=False)["kernel"].nunique()
     assert (per_case == dy.drop_duplicates("case").set_index("case")["causal"].map({False: 4, True: 5})).all()
     assert set(dy["head_dim"]) == {64, 128, 256}
+    grids = explain.v21_causal_grids(rdir)  # v21: the counter for causal attention, two grids of each schedule
+    assert grids.shape == (9, 2) and grids.notna().all().all() and grids.stack().between(0.3, 1.5).all()
+    assert grids["counter"].mean() > grids["one program per tile"].mean()
+    from fp8lab.bench import load_results
+    for name, dynamic in (("bench_v20_grid", False), ("bench_v21_grid_run2", True)):  # what each grid ran
+        configs = {r["config"] for r in load_results(rdir / f"{name}.json")["rows"]
+                   if r.get("provider") == "fp8lab ws" and r.get("causal")}
+        assert configs and all(("-dy" in c) == dynamic for c in configs), (name, configs)
     r3 = explain.consumer_registers(64, 128, consumers=3)
     assert r3["budget"] == W.WsConfig(consumers=3).consumer_regs == 160
     assert r3["o"] + r3["s"] + r3["p_float32"] >= r3["budget"] > r3["o"] + r3["s"] + r3["p_packed"]

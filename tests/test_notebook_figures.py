@@ -48,6 +48,8 @@ def test_triton_kernel_lesson(executed_notebooks):
     assert len(counter) == 18 and sum(g for case, g in counter.items() if "x64" not in case) > 0
     no_loop = f["v20_no_loop_gain"]  # one program per tile without the tile loop, against v19's kernel (causal)
     assert len(no_loop) == 9 and sorted(no_loop.values())[4] > 0
+    causal = f["v21_causal_mean_ratio"]  # the counter for causal attention, over two grids of each schedule
+    assert causal["counter"] > causal["one program per tile"] > 0.85
 
 
 def test_performance_record(executed_notebooks):

@@ -39,15 +39,15 @@ structure FlashAttention-3 uses and Triton's compiler does not build by itself:
   tile's last MMA and epilogue (v19). With ``dynamic=True`` the next tile is the next one nobody
   has taken, from an atomic counter as in FA3 (v20): the loader asks at the start of a tile and
   hands the number to the consumers through shared memory; the launch's last program sets the
-  counter back to zero. The key-ordered default for non-causal attention: the counter at head
-  dims 128 and 256, fixed lists at 64. Causal attention runs one program per tile, and that
-  build has no tile loop at all (a constexpr; v20: up to 9 % faster than the loop run once).
+  counter back to zero. The key-ordered default: the counter, except non-causal at head dim 64
+  (fixed lists) (v20, v21). One program per tile, the default for plain V^T, is built without
+  the tile loop (a constexpr; v20: up to 9 % faster than the loop run once).
 
-Measured on an H200 (docs/kernel-notes.md, v8-v12, v19, v20; `results/h200/bench_v12_*`,
-`bench_v19_*`, `bench_v20_*`): with `key_ordered_vt` and its defaults (packed P, persistent when
-non-causal), 0.88-0.99x FA3 FP8 at head dim 64, 0.92-1.01x at 128 and 0.93-1.01x at 256 in the
-v20 grid, the faster of fp8lab's two kernels in 17 of its 18 cases (the Triton kernel at
-4k-token causal sequences, head dim 64). Every change since v10 kept the bits of v10's kernel. FA3's ping-pong ordering and its rescale under the next MMA (`WsConfig`
+Measured on an H200 (docs/kernel-notes.md, v8-v12, v19-v21; `results/h200/bench_v12_*`,
+`bench_v19_*`, `bench_v20_*`, `bench_v21_*`): with `key_ordered_vt` and its defaults (packed P,
+persistent programs), 0.93-0.99x FA3 FP8 at head dim 64, 0.93-0.98x at 128 and 0.84-1.07x at 256
+in the v21 grid (0.92-1.02x in its second run), the faster of fp8lab's two kernels in 17 of its 18
+cases (the Triton kernel at 4k-token causal sequences, head dim 64). Every change since v10 kept the bits of v10's kernel. FA3's ping-pong ordering and its rescale under the next MMA (`WsConfig`
 switches) gave nothing consistent here. `fp8_attention` (Triton) stays the general entry point
 (varlen, natural V, the interpreter); this kernel is the faster one on Hopper, and the lesson in
 what FA3's structure is made of.
@@ -165,24 +165,23 @@ def key_ordered_vt(v: torch.Tensor) -> KeyOrderedVt:
 
 
 def default_ws_config(head_dim: int, causal: bool = False, key_ordered: bool = False) -> WsConfig:
-    """The tiles that measured best on the H200 (docs/kernel-notes.md v8-v12, v19, v20).
+    """The tiles that measured best on the H200 (docs/kernel-notes.md v8-v12, v19-v21).
 
     key_ordered (V^T from `key_ordered_vt`): P crosses the loop packed four e4m3 per word
     (`pack_p`, v12), which frees the registers for FA3's tiles: 192 query rows (three consumers)
-    at head_dim 64, 128 keys in three stages at 256; non-causal, one persistent program per SM
-    (v19: 0-4 % faster), taking its tiles from FA3's atomic counter at 128 and 256 (v20: up to
-    2.4 % faster than fixed lists there, 4 % slower at 64 with 16k tokens). Causal, one program
-    per tile: its tiles differ in length, and the hardware's launch order balanced them better
-    than fixed lists (v19) and, in 5 of 9 cases, than the counter (v20). Plain V^T: P crosses in
+    at head_dim 64, 128 keys in three stages at 256; one persistent program per SM (v19: 0-4 %
+    faster non-causal), taking its tiles from FA3's atomic counter, except non-causal at 64 (v20:
+    up to 3.9 % faster than fixed lists at 128 and 256, even or slower at 64). Causal tiles differ
+    in length; the counter balanced them better than fixed lists (v20) and, over two grids each,
+    than one program per tile (v21: 0.964 against 0.953 of FA3 on average). Plain V^T: P crosses in
     float32, two consumers, 128 keys at 64 and 128 (v11's stage counts), 64 keys in four stages at
     256 (128 keys spill there)."""
     if key_ordered:
-        if head_dim <= 64:
-            return WsConfig(block_n=128, stages=3, pack_p=True, consumers=3, persistent=not causal)
+        if head_dim <= 64:  # non-causal: fixed lists (the counter was even, or 4 % slower with 16k tokens)
+            return WsConfig(block_n=128, stages=3, pack_p=True, consumers=3, persistent=True, dynamic=causal)
         if head_dim <= 128:
-            return WsConfig(block_n=128, stages=3 if causal else 4, pack_p=True, persistent=not causal,
-                            dynamic=not causal)
-        return WsConfig(block_n=128, stages=3, pack_p=True, persistent=not causal, dynamic=not causal)
+            return WsConfig(block_n=128, stages=3 if causal else 4, pack_p=True, persistent=True, dynamic=True)
+        return WsConfig(block_n=128, stages=3, pack_p=True, persistent=True, dynamic=True)
     if head_dim <= 64:
         return WsConfig(block_n=128, stages=4 if causal else 3)
     if head_dim <= 128:

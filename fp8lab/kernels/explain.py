@@ -23,8 +23,8 @@ from fp8lab.reference.exact import dequantize
 
 __all__ = ["cast_demo", "consumer_registers", "folded_scale_error", "kernel_ratios", "key_order_values",
            "p_grid_fractions", "p_register_layout", "tuning_record", "v10_record", "v11_record",
-           "v12_consumers_record", "v12_record", "v19_persistent_record", "v20_dynamic_record", "v_layout_costs",
-           "ws_record"]
+           "v12_consumers_record", "v12_record", "v19_persistent_record", "v20_dynamic_record", "v21_causal_grids",
+           "v_layout_costs", "ws_record"]
 
 
 def _scores(q, k, q_descale, k_descale, softmax_scale):
@@ -213,6 +213,22 @@ def v20_dynamic_record(results_dir: str | Path) -> pd.DataFrame:
     first = _round_medians(Path(results_dir) / "bench_v20_dy1.json", names)
     second = _round_medians(Path(results_dir) / "bench_v20_dy2.json", names)
     return pd.concat([first[first["head_dim"] == 64], second[second["head_dim"] > 64]], ignore_index=True)
+
+
+def v21_causal_grids(results_dir: str | Path) -> pd.DataFrame:
+    """The Gluon kernel's TFLOP/s over FA3 FP8's, per causal case, in v20's two grids (one program
+    per tile, `bench_v20_grid*.json`) and v21's two (the tile counter, `bench_v21_grid*.json`):
+    one column per schedule, the mean of its two grids."""
+    def ratios(name: str) -> pd.Series:
+        df = pd.DataFrame([r for r in load_results(Path(results_dir) / f"{name}.json")["rows"]
+                           if r.get("section") == "speed" and r.get("causal")])
+        by = df.pivot_table(index="case", columns="provider", values="tflops", sort=False)
+        return by["fp8lab ws"] / by["fa3-fwd FP8"]
+
+    return pd.DataFrame({
+        "one program per tile": (ratios("bench_v20_grid") + ratios("bench_v20_grid_run2")) / 2,
+        "counter": (ratios("bench_v21_grid") + ratios("bench_v21_grid_run2")) / 2,
+    })
 
 
 def v_layout_costs(results_dir: str | Path, version: str = "v2") -> pd.DataFrame:
