@@ -220,10 +220,8 @@ def v21_causal_grids(results_dir: str | Path) -> pd.DataFrame:
     per tile, `bench_v20_grid*.json`) and v21's two (the tile counter, `bench_v21_grid*.json`):
     one column per schedule, the mean of its two grids."""
     def ratios(name: str) -> pd.Series:
-        df = pd.DataFrame([r for r in load_results(Path(results_dir) / f"{name}.json")["rows"]
-                           if r.get("section") == "speed" and r.get("causal")])
-        by = df.pivot_table(index="case", columns="provider", values="tflops", sort=False)
-        return by["fp8lab ws"] / by["fa3-fwd FP8"]
+        gluon = _round_medians(Path(results_dir) / f"{name}.json", {"fp8lab ws": "Gluon"})
+        return gluon[gluon["causal"]].set_index("case")["ratio"]
 
     return pd.DataFrame({
         "one program per tile": (ratios("bench_v20_grid") + ratios("bench_v20_grid_run2")) / 2,
