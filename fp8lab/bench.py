@@ -33,9 +33,12 @@ __all__ = [
     "clocks_while_timed",
     "load_results",
     "median_ms",
+    "mbarrier_waits",
     "median_ms_graph",
     "ratio_table",
     "read_clock_log",
+    "read_ncu_raw",
+    "read_ncu_sass",
     "tflops",
     "tbps",
     "write_results",
@@ -269,3 +272,49 @@ def clocks_while_timed(rows: pd.DataFrame, clocks: pd.DataFrame, busy_w: float =
     out = rows.copy()
     out[["sm_mhz", "power_w", "power_capped"]] = pd.DataFrame(state, index=rows.index)
     return out
+
+
+def read_ncu_raw(path: str | Path) -> pd.DataFrame:
+    """The first kernel of `ncu --import R --page raw --csv > path` (plain or .gz), one row per
+    metric name: `value` (float; NaN where the field is text, such as the kernel's name, kept in
+    `text`) and `unit` (Nsight Compute's, e.g. "us", "Mbyte", "cycle")."""
+    import pandas as pd
+
+    df = pd.read_csv(path, dtype=str, keep_default_na=False)
+    if "gpu__time_duration.sum" not in df.columns or len(df) < 2:
+        raise ValueError(f"{path}: expected Nsight Compute's raw page as csv (a units row, then one row per kernel)")
+    text = df.iloc[1]
+    return pd.DataFrame({"value": pd.to_numeric(text.str.replace(",", ""), errors="coerce"), "unit": df.iloc[0],
+                         "text": text})
+
+
+def read_ncu_sass(path: str | Path) -> pd.DataFrame:
+    """`ncu --import R --page source --csv --print-source sass > path` (plain or .gz): one row per
+    SASS instruction with its text (`sass`), how often warps executed it (`executed`) and its
+    warp-stall samples (`samples`), in program order."""
+    import pandas as pd
+
+    df = pd.read_csv(path, skiprows=1, dtype=str, keep_default_na=False)
+    need = {"Source", "Instructions Executed", "Warp Stall Sampling (All Samples)"}
+    if not need <= set(df.columns):
+        raise ValueError(f"{path}: expected Nsight Compute's source page (SASS) as csv, missing {need - set(df.columns)}")
+    return pd.DataFrame({"sass": df["Source"].str.strip(),
+                         "executed": pd.to_numeric(df["Instructions Executed"], errors="coerce").fillna(0).astype(int),
+                         "samples": pd.to_numeric(df["Warp Stall Sampling (All Samples)"],
+                                                  errors="coerce").fillna(0).astype(int)})
+
+
+def mbarrier_waits(sass: pd.DataFrame) -> pd.DataFrame:
+    """The mbarrier arrays of a kernel (`read_ncu_sass`), by the constant shared-memory offset
+    its SASS adds to an array's index: how often warps executed a try-wait on it (SYNCS.PHASECHK:
+    one per retry, so a long wait counts many), a plain arrival (`arrive`) and an arrival that
+    also expects a TMA load's bytes (`arrive_expect`: whoever issues the load)."""
+    import pandas as pd
+
+    op = sass["sass"].str.extract(r"SYNCS\.(PHASECHK\.TRANS64\.TRYWAIT|ARRIVE\.TRANS64\.A1T0|ARRIVE\.TRANS64)\b")[0]
+    offset = sass["sass"].str.extract(r"\[[^\]]*\+(0x[0-9a-f]+)\]")[0]
+    kind = op.map({"PHASECHK.TRANS64.TRYWAIT": "try_waits", "ARRIVE.TRANS64.A1T0": "arrive",
+                   "ARRIVE.TRANS64": "arrive_expect"})
+    rows = pd.DataFrame({"offset": offset, "kind": kind, "executed": sass["executed"]}).dropna()
+    table = rows.pivot_table(index="offset", columns="kind", values="executed", aggfunc="sum", fill_value=0)
+    return table.reindex(columns=["try_waits", "arrive", "arrive_expect"], fill_value=0).astype(int)

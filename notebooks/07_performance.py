@@ -46,6 +46,7 @@ import pandas as pd
 import torch
 
 from fp8lab import bench, env
+from fp8lab.kernels import explain
 from fp8lab.notebooks import record
 from fp8lab.plots import perf as plots
 
@@ -419,7 +420,7 @@ else:
 # Per head, a slice is one sequence's kv head. With 16384 tokens its 128 parts lie in all 128
 # programs, so at every slice each program waits for every other. With 4096 tokens a slice is 32
 # parts, and the programs form four groups that wait only for themselves. That this is what the
-# points below pay for is our reading; it has not been profiled.
+# points below pay for was v18's reading; v22 profiled it (below), and found otherwise.
 
 # %%
 shapes = bench.records_frame(rdir, "quant_shapes")
@@ -447,6 +448,47 @@ span.unstack("batch")
 #   slice's 1 KiB of entries delayed the loads that share its L2 slice (call 6: 0.71-0.74 against
 #   0.80 for one sequence, and as much slower with four). Why one sequence costs 5-6 points more
 #   than four is still open.
+#
+# ### One sequence against four, profiled (v22)
+#
+# Nsight Compute ran the kernel once on each of four layouts of the same 128 MiB (`run18/call3`,
+# `scripts/profile_quant.py`): 1, 2 and 4 token-major sequences and the head-major slices. The
+# last rows count instructions in the compiled code (SASS) for 1 and 4 sequences. A warp waiting
+# on an mbarrier runs a try-wait again and again until the barrier's phase flips, so try-waits per
+# wait grow with the wait. Three warps wait on three barriers: the amax and waiter warps for a
+# part to land, the cast warps for their hand-over from the waiter, the loader for a free buffer.
+
+# %%
+profile = explain.v22_quant_profile(rdir)
+record("v22_quant_profile", {shape: {k: float(v) for k, v in col.dropna().items()}
+                             for shape, col in profile.items()})
+profile
+
+# %% [markdown]
+# - Every layout reads x from DRAM exactly once (134.3 MB), and the DRAM is busy for the same
+#   number of cycles in all four (within 0.5 %). The longer runs are DRAM time left idle, not
+#   more DRAM work.
+# - The table is not the difference. One sequence reads it 8.5 times per part, four sequences
+#   8.2 times. Its reads are the L2's read hits (0.7-2.1 % of L2 reads).
+# - What one sequence does more is wait for parts to land: 3.0 try-waits per wait against 1.9
+#   (amax and waiter warps). Its cast warps also wait longer for their hand-overs (7.6 against
+#   5.7). The loader waits for a free buffer almost all the time in both.
+# - So the buffers are full of parts that have been asked for and have not arrived. When every
+#   program reads the same 256-byte column of 16384 rows, the parts land later than when four
+#   groups read four adjacent columns of 4096 rows. Which DRAM mechanism causes that, Nsight
+#   Compute's counters do not say.
+#
+# Three things that did not help (v22, `run18/`):
+# - Asking L2 for parts beyond the buffers, so that more of x is on its way. This made every layout
+#   slower. With `cp.async.bulk.prefetch.L2` (one per row) it halved the speed (0.40-0.45 of copy).
+#   With `prefetch.global.L2` (one per 128-byte line), it cost 3-4 points two parts ahead and
+#   13-19 points four to eight parts ahead.
+# - Other parts and buffers: 16 KiB x 12 and 64 KiB x 3 against 32 KiB x 6 (0.67-0.79 against
+#   0.80-0.85).
+# - 8 cast warps instead of 4. Over three interleaved repeats at 128 MiB without GQA, the change
+#   ran from 1 point slower to 3 points faster; 2 x 8192 gained most (+1.7 to +2.2). At 64 MiB it
+#   ran from 2.4 points slower to 0.9 faster. With 4 query heads per kv head in one sequence it was
+#   5-8 points slower.
 #
 # And the fused kernel's (v7: tile size, warps, how far the casts trail):
 

@@ -105,3 +105,37 @@ def test_recorded_power_limit_of_v19():
     by_dim = timed.groupby("head_dim")[["sm_mhz", "power_capped"]].mean()
     assert by_dim.loc[64, "sm_mhz"] > 1950 and by_dim.loc[256, "sm_mhz"] < 1850
     assert by_dim.loc[256, "power_capped"] > 0.8 > by_dim.loc[64, "power_capped"]
+
+
+NCU_RAW = '''"ID","Kernel Name","gpu__time_duration.sum","dram__bytes_read.sum"
+"","","us","Mbyte"
+"0","_onchip_ws_kernel","63.424000","1,134.337792"
+'''
+NCU_SASS = '''"Kernel Name","_onchip_ws_kernel",
+"Address","Source","Warp Stall Sampling (All Samples)","Instructions Executed"
+"0x10","      SYNCS.ARRIVE.TRANS64 RZ, [UR17+0x30120], R2","0","4096"
+"0x20","      SYNCS.PHASECHK.TRANS64.TRYWAIT P2, [R20+URZ+0x30120], R3","1","4096"
+"0x30","      @!P0  BRA 0x40","700","4096"
+"0x40","      SYNCS.PHASECHK.TRANS64.TRYWAIT P0, [R20+URZ+0x30120], R3","0","9000"
+"0x50","      @!P0  SYNCS.ARRIVE.TRANS64.A1T0 RZ, [R58+URZ+0x30180], RZ","93","16384"
+"0x60","      LDG.E.128.STRONG.SYS R12, desc[UR12][R38.64]","0","30685"
+'''
+
+
+def test_nsight_compute_exports_read(tmp_path):
+    """`ncu --page raw --csv` and `--page source --csv --print-source sass`, read back; the mbarrier
+    table sums try-waits and arrivals per array offset."""
+    (tmp_path / "raw.csv").write_text(NCU_RAW)
+    raw = bench.read_ncu_raw(tmp_path / "raw.csv")
+    assert raw.loc["gpu__time_duration.sum", "value"] == 63.424 and raw.loc["gpu__time_duration.sum", "unit"] == "us"
+    assert raw.loc["dram__bytes_read.sum", "value"] == 1134.337792  # thousands separators dropped
+    assert raw["value"].isna()["Kernel Name"] and raw.loc["Kernel Name", "text"] == "_onchip_ws_kernel"
+    (tmp_path / "sass.csv").write_text(NCU_SASS)
+    sass = bench.read_ncu_sass(tmp_path / "sass.csv")
+    assert sass["executed"].tolist() == [4096, 4096, 4096, 9000, 16384, 30685] and sass["samples"].sum() == 794
+    assert sass["sass"].iloc[2] == "@!P0  BRA 0x40"
+    bars = bench.mbarrier_waits(sass)
+    assert bars.loc["0x30120"].tolist() == [4096 + 9000, 0, 4096] and bars.loc["0x30180"].tolist() == [0, 16384, 0]
+    for page, reader in (("raw", bench.read_ncu_sass), ("sass", bench.read_ncu_raw)):  # each refuses the other
+        with pytest.raises(ValueError, match="Nsight Compute"):
+            reader(tmp_path / f"{page}.csv")

@@ -464,6 +464,7 @@ def test_onchip_plan_holds_what_fits_and_says_what_does_not():
         assert plan.lead < plan.buffers == buffers and plan.lead == (buffers - 1 if ws else O.LEAD)
         assert plan.parts <= plan.grid * (plan.lead + 1)  # a slice's parts are held at once (module doc)
         assert plan.smem_bytes(2) == buffers * O.PART_BYTES and ctas * plan.smem_bytes(2) <= O.SMEM_BYTES
+        assert plan.warps == (O.WS_WARPS if ws else O.WARPS)  # warp-specialized: WS_WARPS cast warps (v22)
         threads = 128 * -(-(plan.warps + 3) // 4) if ws else 32 * plan.warps  # WS: whole warpgroups
         assert plan.maxnreg * threads * ctas <= 65536  # every program resident
     for seqlen, heads, heads_kv, parts, chunk in ((16384, 32, 32, 128, 128), (32768, 16, 16, 256, 256),
@@ -589,4 +590,26 @@ def test_onchip_sm90_compile_reads_once_and_stores_wide(head_dim, group, per_ten
     assert ptx.count("fma.rn.f32") >= 2 * 8
     assert not selects_in(ptx, O._divide.fn) and not selects_in(ptx, O._cast_part.fn)  # v13: one per value
     if plan.ws:  # one CTA-wide barrier (bar.sync 0 of all threads) would stall every partition
-        assert "bar.sync \t0, 128;" in ptx and "bar.sync \t0;" not in ptx and "setmaxnreg.dec" in ptx
+        assert f"bar.sync \t0, {32 * plan.warps};" in ptx and "bar.sync \t0;" not in ptx and "setmaxnreg.dec" in ptx
+
+
+def test_v22_profile_of_one_against_four_sequences():
+    """Notebook 07: Nsight Compute's record of the warp-specialized kernel (run18/call3) read back.
+    Every shape reads x from DRAM once; one sequence takes longer with the same DRAM busy cycles,
+    polls the table about as often per part, and waits longer for its parts to land."""
+    from fp8lab.kernels import explain
+
+    prof = explain.v22_quant_profile(ROOT / "results" / "h200")
+    assert list(prof.columns) == list(explain.PROFILED_QUANT_SHAPES)
+    x_mb = 16384 * 32 * 128 * 2 / 1e6
+    assert prof.loc["DRAM read (MB)"].between(x_mb, 1.002 * x_mb).all()
+    busy = prof.loc["DRAM busy cycles (thousands per channel)"]
+    assert busy.max() < 1.01 * busy.min()
+    time = prof.loc["kernel time under ncu (us)"]
+    assert time["token-1x16384"] > 1.04 * time["token-4x4096"] and time["token-1x16384"] > time["head-1x16384"]
+    one, four = prof["token-1x16384"], prof["token-4x4096"]
+    assert abs(one["table reads per part"] / four["table reads per part"] - 1) < 0.1
+    land = "try-waits per wait for a part to land (amax, waiter)"
+    assert one[land] > 1.4 * four[land]
+    hand = "try-waits per wait for a hand-over (cast warps)"
+    assert one[hand] > 1.2 * four[hand]

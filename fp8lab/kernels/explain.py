@@ -1,5 +1,5 @@
-"""Helpers that explain the FP8 attention kernel (notebook 08): each FP8 step in numbers,
-and the tuning record read back from results/h200.
+"""Helpers that explain the FP8 kernels (notebooks 07 and 08): each FP8 step in numbers, and
+the tuning record read back from results/h200.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import torch
 import triton
 import triton.language as tl
 
-from fp8lab.bench import load_results, records_frame
+from fp8lab.bench import load_results, mbarrier_waits, read_ncu_raw, read_ncu_sass, records_frame
 from fp8lab.env import triton_interpret
 from fp8lab.formats import cast_to_fp8, get_format
 from fp8lab.layout import check_attention_inputs
@@ -24,7 +24,7 @@ from fp8lab.reference.exact import dequantize
 __all__ = ["cast_demo", "consumer_registers", "folded_scale_error", "kernel_ratios", "key_order_values",
            "p_grid_fractions", "p_register_layout", "tuning_record", "v10_record", "v11_record",
            "v12_consumers_record", "v12_record", "v19_persistent_record", "v20_dynamic_record", "v21_causal_grids",
-           "v_layout_costs", "ws_record"]
+           "v22_quant_profile", "v_layout_costs", "ws_record"]
 
 
 def _scores(q, k, q_descale, k_descale, softmax_scale):
@@ -227,6 +227,54 @@ def v21_causal_grids(results_dir: str | Path) -> pd.DataFrame:
         "one program per tile": (ratios("bench_v20_grid") + ratios("bench_v20_grid_run2")) / 2,
         "counter": (ratios("bench_v21_grid") + ratios("bench_v21_grid_run2")) / 2,
     })
+
+
+# Nsight Compute's raw metrics behind v22_quant_profile's first rows: (label, metric, unit it is recorded in, factor)
+_PROFILE_METRICS = (
+    ("kernel time under ncu (us)", "gpu__time_duration.sum", "us", 1.0),
+    ("DRAM read (MB)", "dram__bytes_read.sum", "Mbyte", 1.0),
+    ("DRAM written while it ran (MB)", "dram__bytes_write.sum", "Mbyte", 1.0),
+    ("DRAM busy cycles (thousands per channel)", "dram__cycles_active.avg", "cycle", 1e-3),
+    ("DRAM bytes per second (TB/s)", "dram__bytes.sum.per_second", "Tbyte/s", 1.0),
+    ("L2 read hit rate (%)", "lts__t_sector_op_read_hit_rate.pct", "%", 1.0),
+)
+PROFILED_QUANT_SHAPES = ("token-1x16384", "token-2x8192", "token-4x4096", "head-1x16384")
+
+
+def v22_quant_profile(results_dir: str | Path) -> pd.DataFrame:
+    """Nsight Compute on the warp-specialized per-head quantization kernel (v22, `run18/call3`):
+    128 MiB of bf16 x, 16k tokens x 32 heads x 128, as 1, 2 or 4 token-major sequences and as 32
+    contiguous slices (head-major); one launch each. Rows: what was measured; columns:
+    PROFILED_QUANT_SHAPES. The last rows come from the SASS counts (1 and 4 sequences): the
+    waiter's table reads per part (two 16-byte loads per lane each), and try-waits per wait on
+    each mbarrier array (a try-wait is retried until the phase flips, so the count grows with
+    the wait). The arrays are told apart by their arrivals: the loader's TMA expects bytes on
+    `full` (one per part; the amax and waiter warps wait on it), the waiter arrives once per part
+    on `ready` (the cast warps wait), each cast warp once per part on `empty` (the loader waits)."""
+    run = Path(results_dir) / "run18" / "call3"
+    table = {}
+    for shape in PROFILED_QUANT_SHAPES:
+        raw = read_ncu_raw(run / f"raw_{shape}.csv.gz")
+        col = {}
+        for label, metric, unit, factor in _PROFILE_METRICS:
+            if raw.loc[metric, "unit"] != unit:
+                raise ValueError(f"{shape}: {metric} recorded in {raw.loc[metric, 'unit']!r}, expected {unit!r}")
+            col[label] = raw.loc[metric, "value"] * factor
+        sass_path = run / f"source_{shape}.csv.gz"
+        if sass_path.exists():
+            sass = read_ncu_sass(sass_path)
+            bars = mbarrier_waits(sass)
+            full = bars[bars["arrive_expect"] > 0].iloc[0]
+            parts = full["arrive_expect"]
+            ready = bars[bars["arrive"] == parts].iloc[0]
+            empty = bars[bars["arrive"] > parts].iloc[0]
+            table_loads = sass.loc[sass["sass"].str.contains(r"LDG\.E\.128\.STRONG\.SYS"), "executed"].sum()
+            col["table reads per part"] = table_loads / 2 / parts
+            col["try-waits per wait for a part to land (amax, waiter)"] = full["try_waits"] / (2 * parts)
+            col["try-waits per wait for a hand-over (cast warps)"] = ready["try_waits"] / empty["arrive"]
+            col["try-waits per wait for a free buffer (loader)"] = empty["try_waits"] / parts
+        table[shape] = col
+    return pd.DataFrame(table).round(2)
 
 
 def v_layout_costs(results_dir: str | Path, version: str = "v2") -> pd.DataFrame:

@@ -21,7 +21,7 @@ idles at most 1/16 of them, so that each round of parts covers whole slices), an
 Per head from WS_FROM_BYTES (64 MiB) of x, the same steps run warp-specialized (v15, one program
 per SM with 6 buffers): a loader warp issues the TMA copies, an amax warp publishes each part as
 it lands (up to 5 parts ahead of its cast), a waiter warp watches the table and hands each part's
-descale to 4 cast warps, which only cast and store; mbarriers link them per buffer, and the cast
+descale to WS_WARPS (4) cast warps, which only cast and store; mbarriers link them per buffer, and the cast
 warps meet no CTA-wide barrier.
 
 A slice may have at most (lead + 1) x programs parts, so that the parts a program waits for are
@@ -58,9 +58,11 @@ SM with 64 KiB parts: +4-7 points (0.66-0.71 of copy at 32 MiB, 0.44-0.46 at 16 
 heads per kv head).
 v18 split the same 128 MiB of token-major x (16k tokens x 32 x 128) into b = 1, 2, 4, 8, 16
 sequences (`results/h200/bench_v18_quant_shapes.*`): per head 0.78-0.80, 0.81-0.82, 0.85, 0.86,
-0.85-0.86 of copy, and 0.85-0.90 head-major at every split. With 4096 tokens a slice is 32 parts
-and 4 groups of programs wait only for their own; at 16384 every program waits for every other
-(the likely cause, not profiled).
+0.85-0.86 of copy, and 0.85-0.90 head-major at every split. v22 profiled 1, 2 and 4 sequences
+(Nsight Compute, `results/h200/run18/call3`, `explain.v22_quant_profile`): x is read from DRAM
+once and the DRAM is busy for the same cycles in each; the table is polled as often per part; one
+sequence waits longer for its parts to land (3.0 try-waits per wait against 1.9). Asking L2 for
+parts beyond the buffers, other part sizes and 8 cast warps did not help (v22).
 `quantize_fp8(schedule="auto")` uses this kernel wherever it can run on an x of 4 MiB or more
 (faster at every size measured, v14).
 
@@ -114,13 +116,15 @@ CTAS_PER_SM = 2  # programs resident per SM (per head), each with BUFFERS parts
 VEC = 8  # values of a row per thread and shared-memory load
 PAIRS = True  # bf16: two values per instruction where Triton would widen each (v14)
 ALIGN = True  # per head: programs in a multiple of a slice's parts where that idles at most 1/16 of them (v14)
-# per head from WS_FROM_BYTES of x: WARPS cast warps fed by three one-warp partitions (TMA loads, amaxes,
+# per head from WS_FROM_BYTES of x: WS_WARPS cast warps fed by three one-warp partitions (TMA loads, amaxes,
 # table waits), WS_CTAS_PER_SM programs per SM with WS_BUFFERS parts each (v15: 0.65 of copy against 0.54 at
-# 128 MiB with 4 query heads per kv head, 0.78 against 0.77 without; slower below 64 MiB)
+# 128 MiB with 4 query heads per kv head, 0.78 against 0.77 without; slower below 64 MiB; v22: 8 cast warps
+# -1 to +3 points at 128 MiB without GQA, -2.4 to +0.9 at 64 MiB, 5-8 slower with 4 query heads per kv head)
 WS = True
 WS_FROM_BYTES = 64 << 20
 WS_CTAS_PER_SM = 1
 WS_BUFFERS = 6
+WS_WARPS = 4
 WS_WORKER_REGS = 128  # registers per thread of each one-warp partition (setmaxnreg; 80 spilled a few)
 # per head below WS_FROM_BYTES, parts of GROUP_FROM or more query heads (GQA): GROUP_PART_BYTES parts, GROUP_WARPS
 # warps and one program per SM (v17: 4 query heads per kv head +4-7 points from 8 to 32 MiB, 0.66-0.71 of copy
@@ -252,7 +256,7 @@ def onchip_plan(x: torch.Tensor, batch: int, seqlen: int, heads: int, head_dim: 
         return (f"{ctas} programs per SM with {buffers} parts of {part_rows * row_bytes >> 10} KiB exceed an SM's "
                 f"{SM90_SMEM_PER_SM >> 10} KiB of shared memory")
     items = slices * parts
-    warps = TENSOR_WARPS if per_tensor else GROUP_WARPS if wide else WARPS
+    warps = TENSOR_WARPS if per_tensor else GROUP_WARPS if wide else WS_WARPS if ws else WARPS
     grid = min(items, sms)
     if ALIGN and not per_tensor and grid // parts * parts * 16 >= grid * 15:
         grid = grid // parts * parts  # each round of parts then covers whole slices: fewer programs wait across rounds
