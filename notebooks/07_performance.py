@@ -476,7 +476,8 @@ profile
 # - So the buffers are full of parts that have been asked for and have not arrived. When every
 #   program reads the same 256-byte column of 16384 rows, the parts land later than when four
 #   groups read four adjacent columns of 4096 rows. Which DRAM mechanism causes that, Nsight
-#   Compute's counters do not say.
+#   Compute's counters do not say: on the H200 they count DRAM bytes and busy cycles, not rows
+#   or banks (`run18/call6`).
 #
 # Three things that did not help (v22, `run18/`):
 # - Asking L2 for parts beyond the buffers, so that more of x is on its way. This made every layout

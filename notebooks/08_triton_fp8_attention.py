@@ -516,9 +516,10 @@ ps_table.join(gain.round(3))
 # helped at head dim 64 with 4k tokens (+9 %) and hurt at 8k and 16k at head dims 64 and 128 (-6 to
 # -8.5 %), and was not kept.
 #
-# FA3 hands causal tiles out dynamically, through an atomic tile counter; fp8lab does not. So
-# `default_ws_config(head_dim, causal, key_ordered=True)` is persistent for non-causal attention
-# only.
+# FA3 hands causal tiles out dynamically, through an atomic tile counter; v19's kernel did not.
+# So v19 made `default_ws_config(head_dim, causal, key_ordered=True)` persistent for non-causal
+# attention only. Section (m) adds the counter, and with it causal attention became persistent too
+# (v21).
 #
 # Check the tile arithmetic: at 2x8192x32x256 non-causal there are 8192 / 128 x 2 x 32 = 4096
 # tiles of 128 query rows, and 132 programs. 4096 = 31 x 132 + 4, so four programs take 32 tiles

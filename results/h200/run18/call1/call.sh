@@ -1,5 +1,5 @@
 #!/bin/bash
-# run18 call 1: L2 prefetch beyond the on-chip quantization kernel's buffers (probe_quant_prefetch.py here, with
+# run18 call 1: L2 prefetch beyond the on-chip quantization kernel's buffers (../call2/probe_quant_prefetch.py, with
 # the kernel edit of prefetch_bulk.py (cp.async.bulk.prefetch.L2, one per row))
 set -u
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
