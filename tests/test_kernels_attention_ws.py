@@ -368,7 +368,8 @@ def test_v12_records_and_register_counts():
     assert grids.shape == (9, 2) and grids.notna().all().all() and grids.stack().between(0.3, 1.5).all()
     assert grids["counter"].mean() > grids["one program per tile"].mean()
     from fp8lab.bench import load_results
-    for name, dynamic in (("bench_v20_grid", False), ("bench_v21_grid_run2", True)):  # what each grid ran
+    for name, dynamic in (("bench_v20_grid", False), ("bench_v21_grid_run2", True), ("bench_v21_grid_run3", True),
+                          ("bench_v21_grid_run4", True)):  # what each grid ran
         configs = {r["config"] for r in load_results(rdir / f"{name}.json")["rows"]
                    if r.get("provider") == "fp8lab ws" and r.get("causal")}
         assert configs and all(("-dy" in c) == dynamic for c in configs), (name, configs)
