@@ -127,8 +127,9 @@ for causal in (False, True):
 # two grids and 0.970 in a second v21 grid a minute later, which had 18 of 18
 # (`bench_v21_grid_run2.json`). Two more grids of the same code in v22's session gave 17 of 18 (that
 # case at 0.819) and 18 of 18 (0.923-1.009; `bench_v21_grid_run3.json`, `_run4.json`): both times
-# the case fell below in a call's first grid only. v20's grids had 18 of 18 twice, v19's 17 and 18
-# of 18, v12's 18 of 18 and its other runs 14 to 18 (`bench_v12_grid_run*.json`). FA3's
+# the case fell below in the call's first grid and passed in its second. v20's grids had 18 of 18
+# twice, v19's 17 and 18 of 18, v12's 18 of 18 and its other runs 14 to 18
+# (`bench_v12_grid_run*.json`). FA3's
 # numbers move by up to ~8 % between runs (part (c) shows one reason), so a case within a few per
 # cent of 0.9 is not settled by one grid. vLLM's FP8 varlen path and FA3 bf16 are behind in every
 # case. Select `record_version="v12"`, `"v11"`, `"v10"`, `"v5"` (0.75-0.92x) or `"v2"`. v2 looks
