@@ -483,10 +483,12 @@ profile
 #   or banks (`run18/call6`).
 #
 # Three things that did not help (v22, `run18/`):
-# - Asking L2 for parts beyond the buffers, so that more of x is on its way. This made every layout
-#   slower. With `cp.async.bulk.prefetch.L2` (one per row) it halved the speed (0.40-0.45 of copy).
-#   With `prefetch.global.L2` (one per 128-byte line), it cost 3-4 points two parts ahead and
-#   13-19 points four to eight parts ahead.
+# - Asking L2 for parts beyond the buffers, so that more of x is on its way.
+#   - With `cp.async.bulk.prefetch.L2` (one per row) it halved the speed (0.40-0.49 of copy) with
+#     one query head per kv head.
+#   - With `prefetch.global.L2` (one per 128-byte line), it cost 3-5 points two parts ahead and
+#     6-21 points four to eight parts ahead.
+#   - Only with 8 kv heads, two parts ahead, was it even (line form) or 1 point faster (bulk form).
 # - Other parts and buffers: 16 KiB x 12 and 64 KiB x 3 against 32 KiB x 6 (0.67-0.79 against
 #   0.80-0.85).
 # - 8 cast warps instead of 4. Over three interleaved repeats at 128 MiB without GQA, the change
