@@ -275,8 +275,8 @@ def clocks_while_timed(rows: pd.DataFrame, clocks: pd.DataFrame, busy_w: float =
 
 
 def read_ncu_raw(path: str | Path) -> pd.DataFrame:
-    """The first kernel of `ncu --import R --page raw --csv > path` (plain or .gz), one row per
-    metric name: `value` (float; NaN where the field is text, such as the kernel's name, kept in
+    """The first kernel of `ncu --import R --page raw --csv > path` (or some of its columns), one row
+    per metric name: `value` (float; NaN where the field is text, such as the kernel's name, kept in
     `text`) and `unit` (Nsight Compute's, e.g. "us", "Mbyte", "cycle")."""
     import pandas as pd
 
@@ -289,9 +289,9 @@ def read_ncu_raw(path: str | Path) -> pd.DataFrame:
 
 
 def read_ncu_sass(path: str | Path) -> pd.DataFrame:
-    """`ncu --import R --page source --csv --print-source sass > path` (plain or .gz): one row per
-    SASS instruction with its text (`sass`), how often warps executed it (`executed`) and its
-    warp-stall samples (`samples`), in program order."""
+    """`ncu --import R --page source --csv --print-source sass > path` (or some of its rows under
+    the same two header lines): one row per SASS instruction with its text (`sass`), how often
+    warps executed it (`executed`) and its warp-stall samples (`samples`), in program order."""
     import pandas as pd
 
     df = pd.read_csv(path, skiprows=1, dtype=str, keep_default_na=False)

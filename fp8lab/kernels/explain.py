@@ -254,13 +254,13 @@ def v22_quant_profile(results_dir: str | Path) -> pd.DataFrame:
     run = Path(results_dir) / "run18" / "call3"
     table = {}
     for shape in PROFILED_QUANT_SHAPES:
-        raw = read_ncu_raw(run / f"raw_{shape}.csv.gz")
+        raw = read_ncu_raw(run / f"raw_{shape}.csv")
         col = {}
         for label, metric, unit, factor in _PROFILE_METRICS:
             if raw.loc[metric, "unit"] != unit:
                 raise ValueError(f"{shape}: {metric} recorded in {raw.loc[metric, 'unit']!r}, expected {unit!r}")
             col[label] = raw.loc[metric, "value"] * factor
-        sass_path = run / f"source_{shape}.csv.gz"
+        sass_path = run / f"source_{shape}.csv"
         if sass_path.exists():
             sass = read_ncu_sass(sass_path)
             bars = mbarrier_waits(sass)

@@ -21,8 +21,8 @@ idles at most 1/16 of them, so that each round of parts covers whole slices), an
 Per head from WS_FROM_BYTES (64 MiB) of x, the same steps run warp-specialized (v15, one program
 per SM with 6 buffers): a loader warp issues the TMA copies, an amax warp publishes each part as
 it lands (up to 5 parts ahead of its cast), a waiter warp watches the table and hands each part's
-descale to WS_WARPS (4) cast warps, which only cast and store; mbarriers link them per buffer, and the cast
-warps meet no CTA-wide barrier.
+descale to WS_WARPS (4) cast warps, which only cast and store; mbarriers link them per buffer, and
+the cast warps meet no CTA-wide barrier.
 
 A slice may have at most (lead + 1) x programs parts, so that the parts a program waits for are
 held by programs with nothing unpublished before them: no deadlock, as long as every program is
