@@ -33,8 +33,10 @@ __all__ = [
     "clocks_while_timed",
     "load_results",
     "mbarrier_waits",
+    "interleaved_times",
     "median_ms",
     "median_ms_graph",
+    "median_over_rounds",
     "ratio_table",
     "read_clock_log",
     "read_ncu_raw",
@@ -161,6 +163,96 @@ def bench_grid(
     ]
 
 
+TIME_FORMAT = "%Y/%m/%d %H:%M:%S.%f"  # a timing's start and end stamps, as nvidia-smi writes its log
+
+
+def _stamp() -> str:
+    from datetime import datetime
+
+    return datetime.now().strftime(TIME_FORMAT)[:-3]
+
+
+def interleaved_times(
+    fns: dict[str, Callable[[], object]],
+    rounds: int = 5,
+    settle_s: float = 1.5,
+    *,
+    timer: Callable[[Callable[[], object]], float] = median_ms,
+    sync: Callable[[], object] = lambda: None,
+) -> list[dict]:
+    """Time every fn of `fns` (provider -> fn) `rounds` times, interleaved, after the GPU settles.
+
+    Each fn first runs once (compiling it), then all of them run in turn for `settle_s` seconds
+    (calling `sync` after each turn), so that the timings start at the clock and power the card
+    keeps under this load, not in the swing that follows a step up from idle. Round r then times
+    them in the order rotated r places, so every provider is timed at every position.
+
+    Returns one row per timing: provider, round, position, ms (`timer`'s median), started_at and
+    ended_at (host clock, "YYYY/MM/DD HH:MM:SS.mmm"). A fn that raises gets one row with `error`
+    instead of ms and takes no further turns.
+    """
+    if not fns:
+        raise ValueError("fns: expected at least one provider -> callable, got none")
+    if rounds < 1 or settle_s < 0:
+        raise ValueError(f"expected rounds >= 1 and settle_s >= 0, got rounds={rounds}, settle_s={settle_s}")
+    import time
+
+    rows: list[dict] = []
+    live = dict(fns)
+
+    def fail(name: str, e: Exception, r: int | None) -> None:
+        rows.append(dict(provider=name, round=r, error=repr(e)[:300]))
+        del live[name]
+
+    for name, fn in list(live.items()):
+        try:
+            fn()
+            sync()
+        except Exception as e:  # noqa: BLE001  (one provider failing must not lose the others)
+            fail(name, e, None)
+    t0 = time.perf_counter()
+    while live and time.perf_counter() - t0 < settle_s:
+        for fn in live.values():
+            fn()
+        sync()
+    for r in range(rounds):
+        names = list(live)
+        order = names[r % len(names):] + names[:r % len(names)] if names else []
+        for pos, name in enumerate(order):
+            start = _stamp()
+            try:
+                ms = timer(live[name])
+            except Exception as e:  # noqa: BLE001
+                fail(name, e, r)
+                continue
+            rows.append(dict(provider=name, round=r, position=pos, ms=ms, started_at=start, ended_at=_stamp()))
+    return rows
+
+
+def median_over_rounds(rows: list[dict], keys: tuple[str, ...] = ("case", "provider")) -> list[dict]:
+    """One row per `keys` group of timed rows (rows with `ms` and `tflops`, e.g. from
+    `interleaved_times`): the group's first row's other fields, with ms and tflops the medians over
+    its rounds, tflops_min and tflops_max the extremes, and rounds the count. Rows with an `error`
+    and no ms pass through unchanged."""
+    import statistics
+
+    groups: dict[tuple, list[dict]] = {}
+    out: list[dict] = []
+    for r in rows:
+        if "ms" not in r:
+            out.append(dict(r))
+            continue
+        groups.setdefault(tuple(r.get(k) for k in keys), []).append(r)
+    per_round = ("round", "position", "started_at", "ended_at", "done_at", "compile_and_time_s")
+    for group in groups.values():
+        t = [g["tflops"] for g in group]
+        row = {k: v for k, v in group[0].items() if k not in per_round}
+        row.update(ms=statistics.median(g["ms"] for g in group), tflops=statistics.median(t),
+                   tflops_min=min(t), tflops_max=max(t), rounds=len(group))
+        out.append(row)
+    return out
+
+
 @dataclass
 class Results:
     """Rows of measurements plus the context they were taken in."""
@@ -249,21 +341,31 @@ def read_clock_log(path: str | Path) -> pd.DataFrame:
     return out.dropna().astype({"reasons": int}).reset_index(drop=True)
 
 
-def clocks_while_timed(rows: pd.DataFrame, clocks: pd.DataFrame, busy_w: float = 150.0) -> pd.DataFrame:
-    """Timed rows (a DataFrame with `done_at` "YYYY/MM/DD HH:MM:SS" and `compile_and_time_s`, as
-    `scripts/gpu_bench.py` writes them) with the GPU's state while each ran: the mean SM clock
-    (sm_mhz), the highest power (power_w) and the share of samples at the power limit
-    (power_capped), over the `read_clock_log` samples from done_at - compile_and_time_s to
-    done_at + 1 s (done_at is cut to the second) in which the GPU was busy (power above busy_w).
-    Rows without such samples get NaN. Both clocks must be the same host's."""
+def clocks_while_timed(rows: pd.DataFrame, clocks: pd.DataFrame, busy_w: float = 150.0, pad_s: float = 0.125
+                       ) -> pd.DataFrame:
+    """Timed rows with the GPU's state while each ran: the mean SM clock (sm_mhz), the highest power
+    (power_w) and the share of samples at the power limit (power_capped), over the `read_clock_log`
+    samples in the timing's window in which the GPU was busy (power above busy_w).
+
+    The window is started_at to ended_at, widened by `pad_s` each side, where the rows have those
+    stamps (`interleaved_times`, "YYYY/MM/DD HH:MM:SS.mmm"); otherwise, for the rows
+    `scripts/gpu_bench.py` wrote before them, done_at - compile_and_time_s to done_at + 1 s (done_at
+    is cut to the second). Rows without such samples get NaN. Both clocks must be the same host's.
+    """
     import pandas as pd
 
-    missing = {"done_at", "compile_and_time_s"} - set(rows.columns)
-    if missing:
-        raise ValueError(f"rows: expected columns done_at and compile_and_time_s (gpu_bench.py rows), missing {missing}")
+    if {"started_at", "ended_at"} <= set(rows.columns):
+        pad = pd.Timedelta(seconds=pad_s)
+        start = pd.to_datetime(rows["started_at"], format=TIME_FORMAT) - pad
+        end = pd.to_datetime(rows["ended_at"], format=TIME_FORMAT) + pad
+    else:
+        missing = {"done_at", "compile_and_time_s"} - set(rows.columns)
+        if missing:
+            raise ValueError("rows: expected columns started_at and ended_at (interleaved_times), or done_at and "
+                             f"compile_and_time_s (gpu_bench.py rows), missing {missing}")
+        end = pd.to_datetime(rows["done_at"], format="%Y/%m/%d %H:%M:%S") + pd.Timedelta(seconds=1)
+        start = end - pd.to_timedelta(rows["compile_and_time_s"] + 1.0, unit="s")
     busy = clocks[clocks["power_w"] > busy_w]
-    end = pd.to_datetime(rows["done_at"], format="%Y/%m/%d %H:%M:%S") + pd.Timedelta(seconds=1)
-    start = end - pd.to_timedelta(rows["compile_and_time_s"] + 1.0, unit="s")
     state = []
     for s, e in zip(start, end):
         w = busy[(busy["time"] >= s) & (busy["time"] <= e)]

@@ -1157,6 +1157,37 @@ def v10_grid(run: Run, prov: dict, name: str = "v10_grid", ws_dims: tuple[int, .
         run.save(name, rows)
 
 
+def rounds_grid(run: Run, prov: dict, name: str = "v23", rounds: int = 5, settle_s: float = 1.5) -> None:
+    """--v23-grid: --v11-grid's providers and configs, timed by `bench.interleaved_times`: per case,
+    every provider once, then all in turn for `settle_s` seconds, then `rounds` rounds in rotated
+    order. Writes every timing to bench_<name>_rounds.json and the medians over the rounds, in the
+    grid schema, to bench_<name>_grid.json."""
+    from fp8lab.kernels import attention_ws as W
+
+    gen = torch.Generator(device="cuda").manual_seed(11)
+    raw: list[dict] = []
+    for case, x in grid_inputs(run, bench.bench_grid(), gen, name, min_left=20):
+        d, causal = case.head_dim, case.causal
+        v = W.key_ordered_vt(x.v)
+        timed = [("fp8lab", A.default_config(d, causal).label(),
+                  lambda: A.fp8_attention(x.q, x.k, x.vt, x.qd, x.kd, x.vd, causal=causal)),
+                 ("fp8lab ws", W.default_ws_config(d, causal, True).label() + "-kv",
+                  lambda: W.fp8_attention_ws(x.q, x.k, v, q_descale=x.qd, k_descale=x.kd, v_descale=x.vd,
+                                             causal=causal))]
+        timed += provider_timings(prov, x, case, gen, fa3_varlen=True, bf16=True)
+        labels = {tag: label for tag, label, _ in timed}
+        meta = dict(section="speed", case=case.label(), head_dim=d, seqlen=case.seqlen, batch=case.batch,
+                    causal=causal)
+        for r in bench.interleaved_times({tag: fn for tag, _, fn in timed}, rounds, settle_s,
+                                         sync=torch.cuda.synchronize):
+            extra = dict(tflops=bench.tflops(case.flops(), r["ms"])) if "ms" in r else {}
+            raw.append(dict(meta, config=labels[r["provider"]], **r, **extra))
+        medians = bench.median_over_rounds([row for row in raw if row["case"] == case.label()])
+        print(case.label(), " ".join(f"{g['provider']}={g['tflops']:.0f}" for g in medians if "tflops" in g), flush=True)
+        run.save(f"{name}_rounds", raw, rounds=rounds, settle_s=settle_s)
+        run.save(f"{name}_grid", bench.median_over_rounds(raw), rounds=rounds, settle_s=settle_s)
+
+
 def v10_grid_summary(run: Run, name: str = "v10_grid") -> None:
     rows = [x for x in run.sections.get(name, []) if "tflops" in x]
     print("\ncase                      fp8lab   ws  FA3fp8  ratio  fa3vl  vLLM  bf16   (ratio: the faster fp8lab kernel)")
@@ -1383,11 +1414,15 @@ def main() -> None:
                     help="the grid: the Gluon kernel's candidates against an earlier version's (--old), Triton, FA3, vLLM")
     ap.add_argument("--v11-grid", action="store_true",
                     help="as --v10-grid, with the Gluon kernel (key-ordered V) at every head dim (~3 min)")
+    ap.add_argument("--v23-grid", action="store_true",
+                    help="as --v11-grid, each case's providers timed in --repeats interleaved rounds after --settle "
+                         "seconds of running them in turn (bench.interleaved_times); medians in bench_v23_grid.json")
+    ap.add_argument("--settle", type=float, default=1.5, help="--v23-grid: seconds of load before each case's rounds")
     ap.add_argument("--quant", action="store_true", help="only the quantization section (~2 min)")
     ap.add_argument("--quant-shapes", action="store_true",
                     help="v18: quantization at b.s = 16k tokens x 32 x 128 for b in QUANT_BATCHES (~2 min)")
     ap.add_argument("--dims", default="64,128,256", help="--ws, --v10: head dims to run (correctness and grid)")
-    ap.add_argument("--repeats", type=int, default=3, help="--v10: interleaved timing rounds per case")
+    ap.add_argument("--repeats", type=int, default=3, help="--v10, --v11, --v23-grid: interleaved timing rounds per case")
     ap.add_argument("--candidates", default="",
                     help="--v10: replace its candidates, e.g. '128:m128n128w8s2-pq,128c:m64n128w4s2-pq-pk' "
                          "(head dim, c for causal, config label); cases not named keep their list")
@@ -1422,6 +1457,8 @@ def main() -> None:
         (args.v10_grid, "v10_grid", lambda: v10_grid(run, prov), lambda: v10_grid_summary(run)),
         (args.v11_grid, "v11_grid", lambda: v10_grid(run, prov, "v11_grid", (64, 128, 256), key_ordered=True),
          lambda: v10_grid_summary(run, "v11_grid")),
+        (args.v23_grid, "v23_grid", lambda: rounds_grid(run, prov, rounds=args.repeats, settle_s=args.settle),
+         lambda: v10_grid_summary(run, "v23_grid")),
         (args.v10, "v10", lambda: v10(run, prov, dims, args.repeats), lambda: v10_summary(run)),
         (args.v11, "v11", lambda: v11(run, prov, dims, args.repeats, args.old), lambda: v11_summary(run)),
         (args.ws, "ws", lambda: ws(run, prov, dims), lambda: ws_summary(run)),

@@ -89,6 +89,101 @@ def test_clock_log_read_and_joined_to_timings(tmp_path):
         bench.read_clock_log(tmp_path / "other.csv")
 
 
+def test_clock_log_joined_to_stamped_timings(tmp_path):
+    """Rows from `interleaved_times` carry millisecond start and end stamps: the window is exactly
+    theirs, widened by pad_s."""
+    import pandas as pd
+
+    path = tmp_path / "clocks.csv"
+    path.write_text(CLOCK_LOG)
+    log = bench.read_clock_log(path)
+    rows = pd.DataFrame({"started_at": ["2026/11/30 14:00:00.950", "2026/11/30 14:00:00.400"],
+                         "ended_at": ["2026/11/30 14:00:01.100", "2026/11/30 14:00:00.600"]})
+    timed = bench.clocks_while_timed(rows, log, pad_s=0.0)
+    assert timed["sm_mhz"].tolist() == [1700, 1980] and timed["power_capped"].tolist() == [1.0, 0.0]
+    wide = bench.clocks_while_timed(rows, log, pad_s=0.5)
+    assert wide["sm_mhz"].iloc[0] == (1980 + 1700 + 1760) / 3
+    with pytest.raises(ValueError, match="started_at"):
+        bench.clocks_while_timed(rows.drop(columns="ended_at"), log)
+
+
+class _FakeGpu:
+    """Callables that log their calls, and a timer that 'times' a callable by calling it once."""
+
+    def __init__(self, names, fail_on_call=None):
+        self.calls: list[str] = []
+        self.fail_on_call = fail_on_call or {}
+        self.fns = {n: self._fn(n) for n in names}
+        self.ms = {n: 1.0 + i for i, n in enumerate(names)}
+        self.by_fn = {id(f): n for n, f in self.fns.items()}
+
+    def _fn(self, name):
+        def fn():
+            self.calls.append(name)
+            if self.calls.count(name) == self.fail_on_call.get(name):
+                raise RuntimeError(f"{name} broke")
+        return fn
+
+    def timer(self, fn):
+        fn()
+        return self.ms[self.by_fn[id(fn)]]
+
+
+def test_interleaved_times_rotates_and_settles():
+    import random
+
+    names = [f"p{i}" for i in range(random.randint(2, 5))]
+    gpu = _FakeGpu(names)
+    syncs = []
+    rows = bench.interleaved_times(gpu.fns, rounds=7, settle_s=0.01, timer=gpu.timer, sync=lambda: syncs.append(1))
+    n = len(names)
+    assert gpu.calls[:n] == names  # each compiled once, in order
+    timed = [r for r in rows if "ms" in r]
+    assert len(timed) == 7 * n and all(r["ms"] == gpu.ms[r["provider"]] for r in timed)
+    for r in range(7):
+        order = [x["provider"] for x in timed if x["round"] == r]
+        assert order == names[r % n:] + names[:r % n] and [x["position"] for x in timed if x["round"] == r] == list(range(n))
+    settle_calls = len(gpu.calls) - n - 7 * n
+    assert settle_calls >= n and settle_calls % n == 0 and len(syncs) == n + settle_calls // n
+    first = {p: sum(1 for x in timed if x["provider"] == p and x["position"] == 0) for p in names}
+    assert min(first.values()) >= 7 // n  # every provider leads some round
+    assert all(x["started_at"] <= x["ended_at"] and len(x["started_at"]) == 23 for x in timed)
+
+
+def test_interleaved_times_drops_a_failing_provider():
+    gpu = _FakeGpu(["a", "b", "c"], fail_on_call={"b": 1, "c": 5})
+    rows = bench.interleaved_times(gpu.fns, rounds=4, settle_s=0.0, timer=gpu.timer)
+    errors = [r for r in rows if "error" in r]
+    assert [(e["provider"], e["round"]) for e in errors] == [("b", None), ("c", 3)] and "b broke" in errors[0]["error"]
+    assert not any(r["provider"] == "b" and "ms" in r for r in rows)
+    assert [r["provider"] for r in rows if "ms" in r and r["round"] == 3] == ["a"]  # c broke there, leading
+    with pytest.raises(ValueError, match="rounds"):
+        bench.interleaved_times(gpu.fns, rounds=0)
+    with pytest.raises(ValueError, match="at least one"):
+        bench.interleaved_times({})
+
+
+def test_median_over_rounds():
+    import random
+
+    tf = {("x", "a"): [random.uniform(500, 1000) for _ in range(5)], ("x", "b"): [random.uniform(500, 1000)],
+          ("y", "a"): [random.uniform(500, 1000) for _ in range(4)]}
+    rows = [dict(case=c, provider=p, round=i, position=0, started_at="s", ended_at="e", ms=1e3 / t, tflops=t,
+                 head_dim=64) for (c, p), ts in tf.items() for i, t in enumerate(ts)]
+    rows.append(dict(case="y", provider="c", round=None, error="RuntimeError()"))
+    random.shuffle(rows)
+    out = {(r["case"], r["provider"]): r for r in bench.median_over_rounds(rows)}
+    assert len(out) == 4 and out[("y", "c")]["error"] == "RuntimeError()"
+    for key, ts in tf.items():
+        r, s = out[key], sorted(ts)
+        mid = s[len(s) // 2] if len(s) % 2 else (s[len(s) // 2 - 1] + s[len(s) // 2]) / 2
+        assert r["tflops"] == pytest.approx(mid) and r["rounds"] == len(ts) and r["head_dim"] == 64
+        assert (r["tflops_min"], r["tflops_max"]) == (s[0], s[-1])
+        assert not {"round", "position", "started_at", "ended_at"} & set(r)
+    assert bench.ratio_table(list(out.values()), "a", "b")[0]["ratio"] == pytest.approx(out[("x", "a")]["tflops"]
+                                                                                        / out[("x", "b")]["tflops"])
+
+
 def test_recorded_power_limit_of_v19():
     """The v19 session's clock log and timings read back: head dim 64 ran at the maximum clock,
     256 at the power limit and a lower clock."""

@@ -373,6 +373,29 @@ def test_v12_records_and_register_counts():
         configs = {r["config"] for r in load_results(rdir / f"{name}.json")["rows"]
                    if r.get("provider") == "fp8lab ws" and r.get("causal")}
         assert configs and all(("-dy" in c) == dynamic for c in configs), (name, configs)
+    import pandas as pd
+
+    v23 = explain.v23_after_compile(rdir)  # the one-median grids, and v23's rounds
+    assert len(v23) >= 18 and v23["ratio"].between(0.3, 1.5).all()
+    assert list(v23.loc[v23["before_s"].isna(), "grid"]) == ["v23_grid", "v23_grid_run2"]
+    since_v12 = v23[~v23["grid"].str.startswith(("v10_", "v11_"))]
+    below = since_v12[since_v12["ratio"] < 0.9]
+    assert len(below) == 5 and (below["before_s"] > 1.0).all()  # every miss came right after a compile
+    window, span = explain.v23_swing(rdir)
+    (start, end), = span.values()
+    assert window["power_w"].iloc[0] < 250 and window["power_w"].max() > 650  # the step from idle
+    assert window.loc[window["time"].between(start - pd.Timedelta(seconds=1), end), "sm_mhz"].min() < 1600
+    for run in ("", "_run2"):  # what v23's grids ran: v21's defaults, every provider in five rounds
+        data = load_results(rdir / f"bench_v23_rounds{run}.json")
+        assert data["meta"]["rounds"] == 5 and data["meta"]["settle_s"] == 1.5
+        timed = pd.DataFrame([r for r in data["rows"] if "ms" in r])
+        per = timed.groupby(["case", "provider"]).size()
+        assert len(per) == 18 * 6 and (per == 5).all()
+        assert (timed.groupby(["case", "round"])["position"].min() == 0).all()
+        for (d, causal), cfgs in timed[timed["provider"] == "fp8lab ws"].groupby(["head_dim", "causal"])["config"]:
+            assert set(cfgs) == {W.default_ws_config(d, causal, True).label() + "-kv"}
+        grid = pd.DataFrame(load_results(rdir / f"bench_v23_grid{run}.json")["rows"])
+        assert (grid["rounds"] == 5).all() and (grid["tflops_min"] <= grid["tflops"]).all()
     r3 = explain.consumer_registers(64, 128, consumers=3)
     assert r3["budget"] == W.WsConfig(consumers=3).consumer_regs == 160
     assert r3["o"] + r3["s"] + r3["p_float32"] >= r3["budget"] > r3["o"] + r3["s"] + r3["p_packed"]

@@ -62,3 +62,8 @@ def test_performance_record(executed_notebooks):
     assert all(abs(col["DRAM read (MB)"] - 134.3) < 0.3 for col in prof.values()) and len(prof) == 4
     land = "try-waits per wait for a part to land (amax, waiter)"
     assert prof["token-1x16384"][land] > prof["token-4x4096"][land]
+    after = f["v23_after_compile"]  # [lowest, highest ratio, grids below 0.9, grids] per way of timing
+    assert after["after a compile"][2] >= 1 and after["card busy before"][2] == 0
+    assert after["card busy before"][0] > after["after a compile"][0]
+    (rounds,) = [v for k, v in after.items() if "rounds" in k]
+    assert rounds[2] == 0 and rounds[3] == 2

@@ -12,7 +12,7 @@ import torch
 import triton
 import triton.language as tl
 
-from fp8lab.bench import load_results, mbarrier_waits, read_ncu_raw, read_ncu_sass, records_frame
+from fp8lab.bench import load_results, mbarrier_waits, read_clock_log, read_ncu_raw, read_ncu_sass, records_frame
 from fp8lab.env import triton_interpret
 from fp8lab.formats import cast_to_fp8, get_format
 from fp8lab.layout import check_attention_inputs
@@ -24,7 +24,7 @@ from fp8lab.reference.exact import dequantize
 __all__ = ["cast_demo", "consumer_registers", "folded_scale_error", "kernel_ratios", "key_order_values",
            "p_grid_fractions", "p_register_layout", "tuning_record", "v10_record", "v11_record",
            "v12_consumers_record", "v12_record", "v19_persistent_record", "v20_dynamic_record", "v21_causal_grids",
-           "v22_quant_profile", "v_layout_costs", "ws_record"]
+           "v22_quant_profile", "v23_after_compile", "v23_swing", "v_layout_costs", "ws_record"]
 
 
 def _scores(q, k, q_descale, k_descale, softmax_scale):
@@ -227,6 +227,57 @@ def v21_causal_grids(results_dir: str | Path) -> pd.DataFrame:
         "one program per tile": (ratios("bench_v20_grid") + ratios("bench_v20_grid_run2")) / 2,
         "counter": (ratios("bench_v21_grid") + ratios("bench_v21_grid_run2")) / 2,
     })
+
+
+def v23_after_compile(results_dir: str | Path, case: str = "2x8192x32x256") -> pd.DataFrame:
+    """The Gluon kernel against FA3 FP8 on `case` in every recorded grid, and what ran before it.
+
+    One row per grid (`bench_v*_grid*.json` with a Gluon row for `case`): grid, method, before_s,
+    gluon and fa3 (TFLOP/s) and ratio. The single-median grids (v10-v21) time each provider once,
+    right after the one before it; before_s is the seconds the previous case's two fp8lab timings
+    took, compiling included (about 0.2 s when nothing compiled, so the card was busy; seconds
+    when a kernel compiled and the card sat idle). v23's grids time every case in five interleaved
+    rounds after 1.5 s of load (`bench.interleaved_times`): before_s is NaN, TFLOP/s are medians.
+    """
+    rows = []
+    for path in sorted(Path(results_dir).glob("bench_v*_grid*.json"), key=lambda p: (int(p.name.split("_")[1][1:]),
+                                                                                      p.name)):
+        data = load_results(path)
+        timed = [r for r in data["rows"] if "tflops" in r]
+        cases = list(dict.fromkeys(r["case"] for r in timed))
+        mine = {r["provider"]: r for r in timed if r["case"] == case}
+        if "fp8lab ws" not in mine or "fa3-fwd FP8" not in mine:
+            continue
+        rounds = data["meta"].get("rounds")
+        if rounds:
+            before, method = float("nan"), f"{rounds} rounds after {data['meta']['settle_s']} s of load"
+        elif all("compile_and_time_s" in r for r in mine.values()) and cases.index(case) > 0:
+            prev = cases[cases.index(case) - 1]
+            before = sum(r["compile_and_time_s"] for r in timed if r["case"] == prev
+                         and r["provider"] in ("fp8lab", "fp8lab ws"))
+            method = "one median each"
+        else:
+            continue
+        gluon, fa3 = mine["fp8lab ws"]["tflops"], mine["fa3-fwd FP8"]["tflops"]
+        rows.append(dict(grid=path.stem.removeprefix("bench_"), method=method, before_s=before, gluon=gluon, fa3=fa3,
+                         ratio=gluon / fa3))
+    return pd.DataFrame(rows)
+
+
+def v23_swing(results_dir: str | Path, grid: str = "v21_grid", case: str = "2x8192x32x256",
+              clock_log: str = "run17/call5/clocks.csv", before_s: float = 4.5, after_s: float = 2.5
+              ) -> tuple[pd.DataFrame, dict[str, tuple[pd.Timestamp, pd.Timestamp]]]:
+    """The card's clock and power around the Gluon kernel's timing of `case` in a one-median grid:
+    the `read_clock_log` samples of `clock_log` from `before_s` seconds before the second in which
+    that timing ended (its `done_at`) to `after_s` after it, and that second as a span for
+    `fp8lab.plots.perf.plot_clock_trace`. The defaults are v21's first grid, which ran 0.847."""
+    rows = load_results(Path(results_dir) / f"bench_{grid}.json")["rows"]
+    (row,) = [r for r in rows if r.get("case") == case and r.get("provider") == "fp8lab ws"]
+    done = pd.Timestamp(pd.to_datetime(row["done_at"], format="%Y/%m/%d %H:%M:%S"))
+    log = read_clock_log(Path(results_dir) / clock_log)
+    start, end = done - pd.Timedelta(seconds=before_s), done + pd.Timedelta(seconds=after_s)
+    window = log[(log["time"] >= start) & (log["time"] <= end)].reset_index(drop=True)
+    return window, {"the second in which Gluon's timing ended": (done, done + pd.Timedelta(seconds=1))}
 
 
 # Nsight Compute's raw metrics behind v22_quant_profile's first rows: (label, metric, unit it is recorded in, factor)

@@ -11,6 +11,8 @@ import pandas as pd
 import seaborn as sns
 
 __all__ = [
+    "plot_after_compile",
+    "plot_clock_trace",
     "plot_clocks",
     "plot_providers",
     "plot_quant_bandwidth",
@@ -112,6 +114,42 @@ def plot_clocks(df: pd.DataFrame, max_mhz: float = 1980.0, ax: plt.Axes | None =
     ax.set_xlabel("head dim")
     ax.set_ylabel("SM clock while timed (MHz)")
     ax.set_title("At head dim 128 and 256 the card runs at its power limit")
+    return ax
+
+
+def plot_clock_trace(clocks: pd.DataFrame, spans: dict[str, tuple[pd.Timestamp, pd.Timestamp]] | None = None,
+                     axes: tuple[plt.Axes, plt.Axes] | None = None) -> tuple[plt.Axes, plt.Axes]:
+    """Two stacked lines over a window of a `fp8lab.bench.read_clock_log` log (time, sm_mhz, power_w):
+    the SM clock above, the power below; `spans` (label -> (start, end)) are shaded."""
+    if axes is None:
+        axes = tuple(plt.subplots(2, 1, figsize=(7, 4), sharex=True)[1])
+    t0 = clocks["time"].iloc[0]
+    t = (clocks["time"] - t0).dt.total_seconds()
+    for ax, col, label in zip(axes, ("sm_mhz", "power_w"), ("SM clock (MHz)", "power (W)")):
+        sns.lineplot(x=t, y=clocks[col], marker="o", markersize=3, color="#08519c", ax=ax)
+        ax.set_ylabel(label)
+        for i, (name, (start, end)) in enumerate((spans or {}).items()):
+            ax.axvspan((start - t0).total_seconds(), (end - t0).total_seconds(), alpha=0.25,
+                       color=sns.color_palette("deep")[i + 1], label=name)
+    axes[0].legend(fontsize=8, loc="lower left")
+    axes[1].set_xlabel(f"seconds after {t0:%H:%M:%S}.{t0.microsecond // 1000:03d}")
+    return axes
+
+
+def plot_after_compile(df: pd.DataFrame, target: float = 0.9, ax: plt.Axes | None = None) -> plt.Axes:
+    """Points: one grid's Gluon / FA3 FP8 ratio on one case (columns grid, method, before_s, ratio;
+    as `fp8lab.kernels.explain.v23_after_compile` returns them), grouped by what ran before it and
+    coloured by the grid's kernel version."""
+    ax = ax or plt.subplots(figsize=(7, 3.2))[1]
+    kind = df["method"].where(df["before_s"].isna(), df["before_s"].gt(1.0).map(
+        {True: "one median, a kernel compiled just before", False: "one median, the card busy just before"}))
+    sns.stripplot(x=df["ratio"], y=kind, hue=df["grid"].str.split("_").str[0], size=7, jitter=0.15, palette="deep",
+                  ax=ax)
+    ax.legend(title="kernel version", fontsize=8, bbox_to_anchor=(1.01, 1), loc="upper left")
+    ax.axvline(target, ls="--", color="k", lw=1)
+    ax.set_xlabel("Gluon TFLOP/s over FA3 FP8's")
+    ax.set_ylabel("")
+    ax.set_title("Timed just after an idle compile: the clock's swing")
     return ax
 
 
