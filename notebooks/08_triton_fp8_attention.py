@@ -591,7 +591,10 @@ explain.kernel_ratios(dy).join(counter_gain.round(3).rename("counter vs list")).
 #   the shorter code around the main loop.
 #
 # v20's two grids (causal one program per tile) had 0.9x FA3 FP8 in all 18 cases; v21's, with the
-# counter for causal attention too, 17 and 18 of 18 (notebook 07).
+# counter for causal attention too, 17 and 18 of 18. v23 timed the same kernels in interleaved
+# rounds after the card settles: 18 of 18 in both of its grids. The one case that had missed was
+# timed, in every grid where it missed, right after an idle compile, in the clock's swing
+# (notebook 07 (c)).
 
 # %%
 causal_grids = explain.v21_causal_grids(rdir)

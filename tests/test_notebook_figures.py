@@ -65,5 +65,5 @@ def test_performance_record(executed_notebooks):
     after = f["v23_after_compile"]  # [lowest, highest ratio, grids below 0.9, grids] per way of timing
     assert after["after a compile"][2] >= 1 and after["card busy before"][2] == 0
     assert after["card busy before"][0] > after["after a compile"][0]
-    (rounds,) = [v for k, v in after.items() if "rounds" in k]
-    assert rounds[2] == 0 and rounds[3] == 2
+    rounds = [v for k, v in after.items() if "rounds" in k]
+    assert all(r[2] == 0 for r in rounds) and sum(r[3] for r in rounds) == 4

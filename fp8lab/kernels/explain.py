@@ -237,7 +237,8 @@ def v23_after_compile(results_dir: str | Path, case: str = "2x8192x32x256") -> p
     right after the one before it; before_s is the seconds the previous case's two fp8lab timings
     took, compiling included (about 0.2 s when nothing compiled, so the card was busy; seconds
     when a kernel compiled and the card sat idle). v23's grids time every case in five interleaved
-    rounds after 1.5 s of load (`bench.interleaved_times`): before_s is NaN, TFLOP/s are medians.
+    rounds (`bench.interleaved_times`), three of them after 1.5 s of load and one with none:
+    before_s is NaN, TFLOP/s are medians over the rounds.
     """
     rows = []
     for path in sorted(Path(results_dir).glob("bench_v*_grid*.json"), key=lambda p: (int(p.name.split("_")[1][1:]),
@@ -250,7 +251,9 @@ def v23_after_compile(results_dir: str | Path, case: str = "2x8192x32x256") -> p
             continue
         rounds = data["meta"].get("rounds")
         if rounds:
-            before, method = float("nan"), f"{rounds} rounds after {data['meta']['settle_s']} s of load"
+            settle = data["meta"]["settle_s"]
+            before = float("nan")
+            method = f"{rounds} rounds after {settle} s of load" if settle else f"{rounds} rounds, no load first"
         elif all("compile_and_time_s" in r for r in mine.values()) and cases.index(case) > 0:
             prev = cases[cases.index(case) - 1]
             before = sum(r["compile_and_time_s"] for r in timed if r["case"] == prev
