@@ -62,6 +62,9 @@ def test_performance_record(executed_notebooks):
     assert all(abs(col["DRAM read (MB)"] - 134.3) < 0.3 for col in prof.values()) and len(prof) == 4
     land = "try-waits per wait for a part to land (amax, waiter)"
     assert prof["token-1x16384"][land] > prof["token-4x4096"][land]
+    of_4_3 = f["quant_shapes_of_4_3"]  # lowest repeat per split (1, 2, 4, 8, 16 sequences) against 4.3 TB/s
+    assert min(of_4_3["per-token"]) > 0.85 > max(of_4_3["per-head onchip"])
+    assert of_4_3["per-head onchip, head-major x"][2] > 0.85 > of_4_3["per-head onchip, head-major x"][0]
     after = f["v23_after_compile"]  # [lowest, highest ratio, grids below 0.9, grids] per way of timing
     assert after["after a compile"][2] >= 1 and after["card busy before"][2] == 0
     assert after["card busy before"][0] > after["after a compile"][0]

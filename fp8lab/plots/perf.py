@@ -86,18 +86,27 @@ def plot_quant_bandwidth(df: pd.DataFrame, ax: plt.Axes | None = None) -> plt.Ax
     return ax
 
 
-def plot_quant_shapes(df: pd.DataFrame, target: float = 0.85, ax: plt.Axes | None = None) -> plt.Axes:
+def plot_quant_shapes(df: pd.DataFrame, target: float = 0.85, issue_copy_tbps: float | None = 4.3,
+                      ax: plt.Axes | None = None) -> plt.Axes:
     """Points: each kernel's `frac_copy_graph` per batch shape of the same tokens (columns batch,
-    size, kernel, frac_copy_graph; repeats as the min-max bar), against the target line."""
+    size, kernel, frac_copy_graph, copy_tbps_graph; repeats as the min-max bar), against the target
+    line, as a fraction of the copy timed in the same run and, dotted, of `issue_copy_tbps`."""
     ax = ax or plt.subplots(figsize=(9, 4))[1]
     df = df.assign(split=df["size"].str.split(" ").str[0].str.rsplit("x", n=2).str[0])  # "4x4096x32x128 (..)" -> "4x4096"
     order = df.sort_values("batch")["split"].unique()
     sns.pointplot(data=df, x="split", y="frac_copy_graph", hue="kernel", order=order, errorbar=("pi", 100),
                   markers="o", linestyles="-", dodge=0.3, palette="tab10", ax=ax)
+    copy = df["copy_tbps_graph"].median()
     ax.axhline(target, ls="--", color="k", lw=1)
-    ax.text(0.01, target + 0.01, f"{target:.0%} of copy", fontsize=8, transform=ax.get_yaxis_transform())
+    ax.text(0.01, target + 0.01, f"{target:.0%} of this run's copy ({copy:.2f} TB/s)", fontsize=8,
+            transform=ax.get_yaxis_transform())
+    if issue_copy_tbps:
+        line = target * issue_copy_tbps / copy
+        ax.axhline(line, ls=":", color="k", lw=1)
+        ax.text(0.01, line + 0.01, f"{target:.0%} of {issue_copy_tbps} TB/s (the issue's copy figure)", fontsize=8,
+                transform=ax.get_yaxis_transform())
     ax.set_xlabel("batch x tokens (x 32 heads x 128: the same 128 MiB of bf16)")
-    ax.set_ylabel("useful bandwidth / copy bandwidth")
+    ax.set_ylabel("useful bandwidth / this run's copy")
     ax.set_title("Per head, the same bytes quantize faster split into shorter sequences")
     ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
     return ax
