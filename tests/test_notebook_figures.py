@@ -65,6 +65,8 @@ def test_performance_record(executed_notebooks):
     of_4_3 = f["quant_shapes_of_4_3"]  # lowest repeat per split (1, 2, 4, 8, 16 sequences) against 4.3 TB/s
     assert min(of_4_3["per-token"]) > 0.85 > max(of_4_3["per-head onchip"])
     assert of_4_3["per-head onchip, head-major x"][2] > 0.85 > of_4_3["per-head onchip, head-major x"][0]
+    reverse = f["v23_reverse_gain"]  # pass 2 backwards over forwards, per size (32, 64, 128, 256 MiB)
+    assert all(len(r) == 4 and min(r) > 1.0 for r in reverse.values())
     after = f["v23_after_compile"]  # [lowest, highest ratio, grids below 0.9, grids] per way of timing
     assert after["after a compile"][2] >= 1 and after["card busy before"][2] == 0
     assert after["card busy before"][0] > after["after a compile"][0]

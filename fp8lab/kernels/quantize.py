@@ -13,7 +13,8 @@ only question is how many times the data crosses HBM.
   head (or tensor), and no program sees all of them. ``schedule="two-pass"``: an
   amax kernel (``atomic_max`` into a ``(batch, heads_kv)`` table), then a
   scale-and-cast kernel; the second reads HBM again once x outgrows the L2: 2 reads
-  + 1 write. ``schedule="fused"``: one launch whose casts trail their amaxes by a
+  + 1 write, less what L2 still holds of the first (the cast walks x backwards, so it
+  starts there: v23). ``schedule="fused"``: one launch whose casts trail their amaxes by a
   quarter of the L2, so the second read hits L2 (HBM traffic measured within 10 %
   of one read + one write) -- and the kernel then runs into its instruction and
   latency costs instead (docs/kernel-notes.md, v7). ``schedule="onchip"``
@@ -35,9 +36,9 @@ replays so the host's launch overhead is out; copy = 4.15 TB/s), in useful bytes
 value) against the copy: static 100 %, per-token 99 % (95 % at 32 MiB, 68-69 % at 16 MiB, a
 6 us kernel), per-head 79 % on chip (65 % with 4 query heads per kv head; 77-79 % for slices of
 129-256 parts, as with 2 query heads per kv head or 32k-token sequences, v16; 85-86 % for x
-stored head-major, whose slices are contiguous memory, v17), 51 % two-pass and
-54 % fused, per-tensor 56 % two-pass and 34 % fused (its casts scan every tile's amax; x does
-not fit on chip). The default, "auto", takes the on-chip kernel wherever it can run on an x of
+stored head-major, whose slices are contiguous memory, v17), 54 % two-pass (51 % before v23
+walked pass 2 backwards) and 54 % fused, per-tensor 60 % two-pass (56 % before v23) and 34 %
+fused (its casts scan every tile's amax; x does not fit on chip). The default, "auto", takes the on-chip kernel wherever it can run on an x of
 4 MiB or more (per head it won at every size from 4 to 128 MiB; per tensor, where x fits on
 chip, from 8 to 24 MiB), and two passes otherwise.
 """
@@ -152,8 +153,12 @@ def _scale_cast_kernel(X, Y, DESCALE, AMAX, CU, group, seqlen, stride_b, stride_
 
     Dynamic: the descale is computed here from pass 1's AMAX (same strides as DESCALE):
     amax / 448 correctly rounded, 1 for a zero amax; the programs of token block 0 store it.
+    Pass 2 walks the blocks backwards, so that it starts with those pass 1 read last, which
+    may still be in L2 (programs start roughly in launch order).
     """
     pid_t, b = tl.program_id(0), tl.program_id(1)
+    if not STATIC:
+        pid_t, b = tl.num_programs(0) - 1 - pid_t, tl.num_programs(1) - 1 - b
     offs, mask = _tile(pid_t, b, CU, seqlen, stride_b, stride_s, stride_h, BLOCK_T, H_PAD, H, D_PAD, D, VARLEN)
     y_offs, _ = _tile(pid_t, b, CU, seqlen, stride_yb, stride_ys, stride_yh, BLOCK_T, H_PAD, H, D_PAD, D, VARLEN)
     x = tl.load(X + offs, mask=mask, other=0.0).to(tl.float32)
