@@ -38,9 +38,10 @@ value) against the copy: static 100 %, per-token 99 % (95 % at 32 MiB, 68-69 % a
 129-256 parts, as with 2 query heads per kv head or 32k-token sequences, v16; 85-86 % for x
 stored head-major, whose slices are contiguous memory, v17), 54 % two-pass (51 % before v23
 walked pass 2 backwards) and 54 % fused, per-tensor 60 % two-pass (56 % before v23) and 34 %
-fused (its casts scan every tile's amax; x does not fit on chip). The default, "auto", takes the on-chip kernel wherever it can run on an x of
-4 MiB or more (per head it won at every size from 4 to 128 MiB; per tensor, where x fits on
-chip, from 8 to 24 MiB), and two passes otherwise.
+fused (its casts scan every tile's amax; x does not fit on chip). The default, "auto", takes
+the on-chip kernel wherever it can run on an x of 4 MiB or more (per head it won at every size
+from 4 to 128 MiB; per tensor, where x fits on chip, from 8 to 24 MiB), and two passes
+otherwise.
 """
 
 from __future__ import annotations
