@@ -234,18 +234,17 @@ plt.show()
 # timed first in one round of each case. One v23 grid ran the rounds with no load first
 # (`_run3`): its first round, in the first half second after idle, came out slightly fast (1.006
 # of the medians on average at head dims 128 and 256), the later ones slightly slow; the medians
-# met 0.9 everywhere either way. The swing is slow after fast: the one-median grids timed this
-# Gluon kernel about 0.7 s after the step, behind five other timings, where the lowest clocks fall.
+# met 0.9 everywhere either way. So the swing is fast first, then slow: the one-median grids timed
+# this Gluon kernel about 0.7 s after the step, behind five other timings, where the lowest clocks
+# fall.
 
 # %%
 after = explain.v23_after_compile(rdir)
 after = after[~after["grid"].str.startswith(("v10_", "v11_"))]
 plots.plot_after_compile(after)
 plt.show()
-groups = after["method"].where(after["before_s"].isna(), after["before_s"].gt(1.0).map(
-    {True: "after a compile", False: "card busy before"}))
 record("v23_after_compile", {g: [round(float(r.min()), 3), round(float(r.max()), 3), int((r < 0.9).sum()), len(r)]
-                             for g, r in after.groupby(groups)["ratio"]})
+                             for g, r in after.groupby("timed")["ratio"]})
 after.round(3)
 
 # %% [markdown]

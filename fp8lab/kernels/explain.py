@@ -233,7 +233,8 @@ def v23_after_compile(results_dir: str | Path, case: str = "2x8192x32x256") -> p
     """The Gluon kernel against FA3 FP8 on `case` in every recorded grid, and what ran before it.
 
     One row per grid (`bench_v*_grid*.json` with a Gluon row for `case`): grid, method, before_s,
-    gluon and fa3 (TFLOP/s) and ratio. The single-median grids (v10-v21) time each provider once,
+    timed (how it was timed: "after a compile", "card busy before", or the rounds' method), gluon
+    and fa3 (TFLOP/s) and ratio. The single-median grids (v10-v21) time each provider once,
     right after the one before it; before_s is the seconds the previous case's two fp8lab timings
     took, compiling included (about 0.2 s when nothing compiled, so the card was busy; seconds
     when a kernel compiled and the card sat idle). v23's grids time every case in five interleaved
@@ -262,8 +263,9 @@ def v23_after_compile(results_dir: str | Path, case: str = "2x8192x32x256") -> p
         else:
             continue
         gluon, fa3 = mine["fp8lab ws"]["tflops"], mine["fa3-fwd FP8"]["tflops"]
-        rows.append(dict(grid=path.stem.removeprefix("bench_"), method=method, before_s=before, gluon=gluon, fa3=fa3,
-                         ratio=gluon / fa3))
+        timed = method if rounds else "after a compile" if before > 1.0 else "card busy before"
+        rows.append(dict(grid=path.stem.removeprefix("bench_"), method=method, before_s=before, timed=timed,
+                         gluon=gluon, fa3=fa3, ratio=gluon / fa3))
     return pd.DataFrame(rows)
 
 

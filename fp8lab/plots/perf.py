@@ -146,14 +146,12 @@ def plot_clock_trace(clocks: pd.DataFrame, spans: dict[str, tuple[pd.Timestamp, 
 
 
 def plot_after_compile(df: pd.DataFrame, target: float = 0.9, ax: plt.Axes | None = None) -> plt.Axes:
-    """Points: one grid's Gluon / FA3 FP8 ratio on one case (columns grid, method, before_s, ratio;
-    as `fp8lab.kernels.explain.v23_after_compile` returns them), grouped by what ran before it and
+    """Points: one grid's Gluon / FA3 FP8 ratio on one case (columns grid, timed, ratio; as
+    `fp8lab.kernels.explain.v23_after_compile` returns them), grouped by how it was timed and
     coloured by the grid's kernel version."""
     ax = ax or plt.subplots(figsize=(7, 3.2))[1]
-    kind = df["method"].where(df["before_s"].isna(), df["before_s"].gt(1.0).map(
-        {True: "one median, a kernel compiled just before", False: "one median, the card busy just before"}))
-    sns.stripplot(x=df["ratio"], y=kind, hue=df["grid"].str.split("_").str[0], size=7, jitter=0.15, palette="deep",
-                  ax=ax)
+    sns.stripplot(x=df["ratio"], y=df["timed"], hue=df["grid"].str.split("_").str[0], size=7, jitter=0.15,
+                  palette="deep", ax=ax)
     ax.legend(title="kernel version", fontsize=8, bbox_to_anchor=(1.01, 1), loc="upper left")
     ax.axvline(target, ls="--", color="k", lw=1)
     ax.set_xlabel("Gluon TFLOP/s over FA3 FP8's")
