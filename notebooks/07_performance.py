@@ -498,8 +498,9 @@ span.unstack("batch")
 # %% [markdown]
 # Every fraction here is of a copy of the same 128 MiB timed in the same run: 4.17 TB/s, reads plus
 # writes. The issue states its target against the facts file's device copy, 4.3 TB/s, 3 % more. A
-# copy reaches that only at 1-4 GiB, and at 128 MiB even static quantization, the simplest
-# one-pass kernel, stops at 4.07 (v23, `bench_v23_copy_sizes.json`). The same timings against 4.3:
+# copy reaches that only at gigabytes (4.30 TB/s at 4 GiB), and at 128 MiB even static
+# quantization, the simplest one-pass kernel, stops at 4.07 (v23, `bench_v23_copy_sizes.json`).
+# The same timings against 4.3:
 
 # %%
 issue.unstack("batch")
