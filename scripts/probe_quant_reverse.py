@@ -27,20 +27,23 @@ REVERSAL = """    if not STATIC:
 """
 
 
-def main(out: str) -> None:
-    forward = edited_copy(Q, [(REVERSAL, "")], "quantize_forward")
+def time_two_pass(mods: dict, reference: str, token_counts: tuple[int, ...], out: str) -> None:
+    """Time `quantize_fp8(x, g, schedule="two-pass")` of each module in `mods` (name -> module), per
+    tensor and per head, on bf16 1 x tokens x HEADS x D for each of `token_counts`: three interleaved
+    repeats of CUDA-graph replays against a copy of x, bits and descales against `mods[reference]`.
+    Writes the rows to `out` (and a csv beside it)."""
     rows = []
-    for tokens in (4096, 8192, 16384, 32768):
+    for tokens in token_counts:
         x = torch.randn(1, tokens, HEADS, D, device="cuda", dtype=torch.bfloat16)
         dst = torch.empty_like(x)
         size = f"1x{tokens}x{HEADS}x{D} ({x.numel() * 2 >> 20} MiB)"
-        runs = {f"{g} {name}": (lambda m=mod, g=g: m.quantize_fp8(x, g, schedule="two-pass"))
-                for g in ("tensor", "head") for name, mod in (("forward", forward), ("backward", Q))}
+        runs = {f"{g} {name}": (lambda m=mod, g=g, x=x: m.quantize_fp8(x, g, schedule="two-pass"))
+                for g in ("tensor", "head") for name, mod in mods.items()}
         for rep in range(3):
-            copy_ms = bench.median_ms_graph(lambda: dst.copy_(x))
+            copy_ms = bench.median_ms_graph(lambda x=x, dst=dst: dst.copy_(x))
             for name, fn in runs.items():
                 y, d = fn()
-                y2, d2 = runs[name.replace("backward", "forward")]()
+                y2, d2 = runs[f"{name.split()[0]} {reference}"]()
                 same = bool(torch.equal(d, d2) and torch.equal(y.view(torch.uint8), y2.view(torch.uint8)))
                 ms = bench.median_ms_graph(fn)
                 rows.append(dict(rep=rep, size=size, kernel=name, same_bits=same, ms_graph=ms, copy_ms=copy_ms,
@@ -49,6 +52,11 @@ def main(out: str) -> None:
                 print(f"{rep} {size:<26} {name:<16} {ms * 1e3:7.1f} us {rows[-1]['frac_copy_graph']:.3f} bits {same}",
                       flush=True)
     bench.write_results(out, rows, env.context(heads=HEADS, head_dim=D, dtype="bfloat16"))
+
+
+def main(out: str) -> None:
+    forward = edited_copy(Q, [(REVERSAL, "")], "quantize_forward")
+    time_two_pass({"forward": forward, "backward": Q}, "forward", (4096, 8192, 16384, 32768), out)
 
 
 if __name__ == "__main__":

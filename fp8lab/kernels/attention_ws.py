@@ -43,14 +43,16 @@ structure FlashAttention-3 uses and Triton's compiler does not build by itself:
   (fixed lists) (v20, v21). One program per tile, the default for plain V^T, is built without
   the tile loop (a constexpr; v20: up to 9 % faster than the loop run once).
 
-Measured on an H200 (docs/kernel-notes.md, v8-v12, v19-v21; `results/h200/bench_v12_*`,
-`bench_v19_*`, `bench_v20_*`, `bench_v21_*`): with `key_ordered_vt` and its defaults (packed P,
-persistent programs), 0.93-0.99x FA3 FP8 at head dim 64, 0.93-0.98x at 128 and 0.84-1.07x at 256
-in the v21 grid (0.92-1.02x in its second run), the faster of fp8lab's two kernels in 17 of its 18
-cases (the Triton kernel at 4k-token causal sequences, head dim 64). Every change since v10 kept the bits of v10's kernel. FA3's ping-pong ordering and its rescale under the next MMA (`WsConfig`
-switches) gave nothing consistent here. `fp8_attention` (Triton) stays the general entry point
-(varlen, natural V, the interpreter); this kernel is the faster one on Hopper, and the lesson in
-what FA3's structure is made of.
+Measured on an H200 (docs/kernel-notes.md, v8-v12, v19-v21, v23; `results/h200/bench_v12_*`,
+`bench_v19_*` to `bench_v21_*`, `bench_v23_grid*`): with `key_ordered_vt` and its defaults (packed
+P, persistent programs), 0.93-0.98x FA3 FP8 at head dim 64, 0.93-0.96x at 128 and 0.92-1.02x at 256
+in the v23 grid (medians of interleaved rounds; the faster fp8lab kernel at 0.91x or more in all 18
+cases of its three reruns), the faster of fp8lab's two kernels in 17 of its 18 cases (the Triton
+kernel at 4k-token causal sequences, head dim 64). Every change since v10 kept the bits of v10's
+kernel. FA3's ping-pong ordering and its rescale under the next MMA (`WsConfig` switches) gave
+nothing consistent here. `fp8_attention` (Triton) stays the general entry point (varlen, natural V,
+the interpreter); this kernel is the faster one on Hopper, and the lesson in what FA3's structure
+is made of.
 
 Scope: batched (not varlen) inputs on an sm_90 GPU, head_dim 64, 128 or 256, V
 pre-transposed or key-ordered, Q/K/out with head_dim contiguous and rows of (heads x head_dim).

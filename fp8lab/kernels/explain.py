@@ -263,8 +263,8 @@ def v23_after_compile(results_dir: str | Path, case: str = "2x8192x32x256") -> p
         else:
             continue
         gluon, fa3 = mine["fp8lab ws"]["tflops"], mine["fa3-fwd FP8"]["tflops"]
-        timed = method if rounds else "after a compile" if before > 1.0 else "card busy before"
-        rows.append(dict(grid=path.stem.removeprefix("bench_"), method=method, before_s=before, timed=timed,
+        how = method if rounds else "after a compile" if before > 1.0 else "card busy before"
+        rows.append(dict(grid=path.stem.removeprefix("bench_"), method=method, before_s=before, timed=how,
                          gluon=gluon, fa3=fa3, ratio=gluon / fa3))
     return pd.DataFrame(rows)
 
