@@ -197,8 +197,15 @@ def check_attention_inputs(
     for name, t in (("q", q), ("k", k), ("v", v)):
         if t.numel() and t.stride(-1) != 1:
             raise ValueError(f"{name}: the last dim (head_dim) must be contiguous (stride 1), got stride {t.stride(-1)}")
-    for name, d in (("q_descale", q_descale), ("k_descale", k_descale), ("v_descale", v_descale)):
-        check_descale(name, d, batch, heads_kv, q.device)
+    given = {n: d for n, d in (("q_descale", q_descale), ("k_descale", k_descale), ("v_descale", v_descale))
+             if d is not None}
+    for name, d in given.items():
+        check_descale(name, d, batch, heads_kv, q.device, check_values=False)
+    if given:  # the values: one device sync for all three; on a failure, the check that names the value
+        values = torch.cat([d.reshape(-1) for d in given.values()])
+        if not bool((values.isfinite() & (values > 0)).all()):
+            for name, d in given.items():
+                check_descale(name, d, batch, heads_kv, q.device)
     return AttentionShape(batch, heads_q, heads_kv, head_dim, head_dim_v, lens_q, lens_k, varlen, fp8)
 
 

@@ -3,7 +3,7 @@
 #
 # `fp8lab.attention(q, k, v, ...)` runs on whatever is installed: vLLM's FA3,
 # its bare FA3 library, the fa3-fwd wheel, upstream FA3, FA2 in three forms,
-# PyTorch SDPA (cuDNN included), our Triton kernel, or the reference. Which one
+# PyTorch SDPA (cuDNN included), our Triton or Gluon kernel, or the reference. Which one
 # runs is decided by a pure function you can call with machines you do not have.
 #
 # **You will learn**
@@ -62,19 +62,20 @@ def capability(spec: gating.ProviderSpec) -> str:
 
 
 HEAD_RULES = {"fa3": "<= 256, multiple of 8 (FP8: 16)", "fa2": "<= 256, multiple of 8, dv == d",
-              "triton": "16..256, multiple of 16, dv == d", "any": "any"}
+              "triton": "16..256, multiple of 16, dv == d", "gluon": "64, 128 or 256, dv == d", "any": "any"}
 matrix = pd.DataFrame([
     {"backend": s.backend, "provider": s.name, "dtypes": "/".join(s.dtypes), "GPU": capability(s),
      "FP8 needs": f">= {s.fp8_min_capability[0]}.{s.fp8_min_capability[1]}" if s.fp8_min_capability else
      ("9.x" if "fp8" in s.dtypes and s.capability_major else ("-" if "fp8" not in s.dtypes else "any")),
-     "head dims": HEAD_RULES[s.head_dims], "lse": s.returns_lse}
+     "head dims": HEAD_RULES[s.head_dims], "varlen": s.varlen, "lse": s.returns_lse}
     for s in PROVIDERS.values()
 ])
 matrix
 
 # %% [markdown]
 # Only three things run FP8 attention: FA3 (four ways to get it, all Hopper
-# only), our Triton kernel (Ada and Hopper have FP8 tensor cores), and the
+# only), our own kernels (the Triton kernel on Ada and Hopper, which have FP8
+# tensor cores; on Hopper first the Gluon kernel, batched calls only), and the
 # reference (slow, anywhere). FA2 and SDPA take 16-bit inputs.
 
 # %% [markdown]
@@ -132,7 +133,7 @@ sns.heatmap(grid, cmap=palette, vmin=-0.5, vmax=len(codes) - 0.5, cbar=False, li
             annot=sim.pivot_table(index="machine", columns=["dtype", "head_dim"], values="backend", aggfunc="first")
             .loc[list(MACHINES)], fmt="", annot_kws={"fontsize": 7}, ax=ax)
 ax.set(xlabel="input dtype - head dim", ylabel="machine (compute capability)",
-       title="FP8 attention runs as FP8 only on Hopper's FA3 or our Triton kernel (auto backend, all providers installed)")
+       title="FP8 attention runs as FP8 only on Hopper's FA3 or our kernels (auto backend, all providers installed)")
 plt.tight_layout()
 plt.show()
 
@@ -235,7 +236,8 @@ pd.DataFrame(rule)
 # ## Summary
 #
 # - FP8 attention needs FP8 tensor cores and a kernel that uses them: FA3 on
-#   Hopper, or our Triton kernel on Ada/Hopper. FA2 never runs FP8.
+#   Hopper, or our kernels: the Triton one on Ada/Hopper, the Gluon one on Hopper
+#   (batched calls). FA2 never runs FP8.
 # - `gating.decide` is a pure function of device, installed providers and
 #   request; `fp8lab doctor` prints its table for this machine, and
 #   `--simulate 8.9 --providers a,b` for any other.
@@ -274,8 +276,9 @@ answer_2 = None  # a label such as "fa3:vllm"
 
 # %% tags=["solution", "hide-input"]
 # Solution: the override makes the FlashAttention choice FA2, which cannot run FP8;
-# auto moves on to the Triton kernel, which runs FP8 on 9.x.
-answer_2 = "triton:triton"
+# auto moves on to fp8lab's own kernels, and on 9.x a batched call at head dim 128
+# goes to the first of them, the Gluon kernel.
+answer_2 = "triton:gluon"
 
 # %%
 assert answer_2 == decide(MACHINES["H100 (9.0)"], everything, Request("fp8", 128),

@@ -24,7 +24,8 @@
 # - **(c)** how two runs on the same card agree (the facts file's table against our run), and the power limit under them;
 # - **(d)** the roofline: why attention is compute-bound, which ceilings apply (FP8 GEMM, bf16 GEMM, the exp2 unit);
 # - **(e)** what fused FP8 quantization costs against the device copy;
-# - **(f)** an open question: why vLLM's FP8 varlen path is slower.
+# - **(f)** an open question: why vLLM's FP8 varlen path is slower;
+# - **(g)** what the kit's own call, `fp8lab.attention`, adds to our kernels and to FA3's.
 
 # %% tags=["parameters"]
 smoke: bool = False  # CI: the same recorded data, nothing heavy either way
@@ -618,6 +619,43 @@ vl
 # fa3-fwd's own varlen entry on the same inputs runs as fast as its batched one (0.96-1.02x), so
 # the varlen path is not the cause: vLLM 0.33.0's build is (which FP8 kernels it
 # instantiates at head dim 256 is the next question; not investigated).
+
+# %% [markdown]
+# ## (g) Through the kit's own call (v24)
+#
+# Everything above calls each kernel directly, with V already stored the way it wants it. A user
+# calls `fp8lab.attention(q, k, v, ..., backend="triton")` with V in FA3's layout (head_dim
+# contiguous). On a Hopper GPU that call runs the Gluon kernel for batched inputs at head dims 64,
+# 128 and 256 (the `gluon` provider; the Triton kernel otherwise), stores V as `key_ordered_vt(v)`
+# in every call (one Triton copy), and first checks every input, the descale values included (one
+# device sync). v24 timed the grid that way, next to the same kernels and fa3-fwd called directly,
+# and to fa3-fwd through the same call.
+
+# %%
+api = explain.v24_api_grid(rdir)
+record("v24_api_gluon_over_api_fa3", dict(zip(api.index, api["API Gluon / API FA3"].round(3))))
+plots.plot_api_grid(api)
+plt.show()
+api.round(3)
+
+# %% [markdown]
+# Through the API, the Gluon kernel runs at 0.82-1.02x fa3-fwd through the same call; the gap to
+# its direct 0.93-0.99x is widest on the short cases. One call taken apart shows why:
+
+# %%
+overhead = explain.v24_api_overhead(rdir)
+record("v24_api_extra_ms", {f"{c} {v}": round(x, 3) for c, v, x in
+                            zip(overhead["case"], overhead["variant"], overhead["extra ms"])})
+overhead.round(3)
+
+# %% [markdown]
+# On a 0.94 ms call (4 x 4096 x 32 x 64) the API adds 0.27 ms to the Gluon kernel and 0.21 ms to
+# fa3-fwd. Most of it is the sync of the descale check. Without a sync, the host prepares the next
+# call while the GPU still runs this one. With it, the GPU waits for the host: for validation, for
+# the backend decision and for the launch, and the Gluon kernel's launch takes more host time than
+# FA3's. On an 8 ms call the extra time is within the run's spread. `key_ordered_vt` adds 0.02 ms.
+# Where a loop calls attention on short sequences, call the kernels directly. Otherwise the API's
+# checks are what stop a NaN descale before it becomes a NaN output.
 
 # %% [markdown]
 # ## Live (optional, Hopper only)

@@ -232,6 +232,25 @@ costs
 # On the H200 (2 x 8192 tokens, 32 heads, d=128) the in-kernel transpose made the
 # kernel 2.6x slower, while transposing V once costs about a tenth of one attention
 # call: a KV cache should store V transposed for FP8.
+#
+# That tenth was torch's copy, which moves one byte per element through a generic strided
+# loop (0.33-0.36 TB/s). Since v24 `pretranspose_v` and `key_ordered_vt` run a small Triton
+# kernel on a GPU (`fp8lab.kernels.vlayout.transpose_keys`). It loads a tile of keys x
+# head_dim, transposes it on chip and stores it along the keys. For the key-ordered layout the
+# same kernel renames the tile's key columns with the attention kernel's `in_key_order` before
+# the store. Storing each byte to its permuted column instead ran twice as slow as torch. V of
+# 16k tokens x 32 heads, the grid's:
+
+# %%
+copies = explain.v24_v_layout(rdir)
+record("v24_v_copy_us", {f"d={d} {op}": round(float(u), 1)
+                         for d, op, u in zip(copies["head_dim"], copies["op"], copies["us (graph)"])})
+copies.round(2)
+
+# %% [markdown]
+# A copy of V now costs 20-92 us, against 0.5-8 ms of attention at these sizes (about 4 % of
+# the shortest call, causal with 4k-token sequences). That is why `fp8lab.attention` makes one in
+# every call (notebook 07 (g)).
 
 # %% [markdown]
 # ## (g) How it was tuned

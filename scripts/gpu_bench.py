@@ -1188,6 +1188,57 @@ def rounds_grid(run: Run, prov: dict, name: str = "v23", rounds: int = 5, settle
         run.save(f"{name}_grid", bench.median_over_rounds(raw), rounds=rounds, settle_s=settle_s)
 
 
+def api_grid(run: Run, prov: dict, rounds: int = 5, settle_s: float = 1.5) -> None:
+    """--api-grid: the grid through the kit's public call, `fp8lab.attention`, V in FA3's layout as
+    a user has it, timed as --v23-grid: backend "triton" (on Hopper the Gluon kernel, V stored by
+    `key_ordered_vt` in each call), "triton:triton" (the Triton kernel, V transposed in its tiles)
+    and "fa3:fa3-fwd", all paying the API's checks (descale values: device syncs); against them
+    the two kernels called directly on prepared inputs (Gluon on a `key_ordered_vt` made once) and
+    fa3-fwd called directly. Writes bench_api_rounds.json and bench_api_grid.json."""
+    import fp8lab
+    from fp8lab.backends import api
+    from fp8lab.kernels import attention_ws as W
+
+    gen = torch.Generator(device="cuda").manual_seed(11)
+    raw: list[dict] = []
+    for case, x in grid_inputs(run, bench.bench_grid(), gen, "api", min_left=20):
+        d, causal = case.head_dim, case.causal
+        kov = W.key_ordered_vt(x.v)
+        ds = dict(q_descale=x.qd, k_descale=x.kd, v_descale=x.vd)
+        chosen = api.choose_backend(x.q, x.k, x.v, backend="triton", **ds).label()
+
+        def through_api(backend: str):
+            return lambda: fp8lab.attention(x.q, x.k, x.v, causal=causal, backend=backend, **ds)
+
+        timed = {f"api triton ({chosen})": through_api("triton"), "api triton:triton": through_api("triton:triton"),
+                 "fp8lab ws": lambda: W.fp8_attention_ws(x.q, x.k, kov, causal=causal, **ds),
+                 "fp8lab": lambda: A.fp8_attention(x.q, x.k, x.vt, x.qd, x.kd, x.vd, causal=causal)}
+        if "fa3" in prov:
+            timed["api fa3:fa3-fwd"] = through_api("fa3:fa3-fwd")
+        timed.update({tag: fn for tag, _, fn in provider_timings(prov, x, case, gen, vllm=False)})
+        meta = dict(section="speed", case=case.label(), head_dim=d, seqlen=case.seqlen, batch=case.batch,
+                    causal=causal, config="")
+        for r in bench.interleaved_times(timed, rounds, settle_s, sync=torch.cuda.synchronize):
+            extra = dict(tflops=bench.tflops(case.flops(), r["ms"])) if "ms" in r else {}
+            raw.append(dict(meta, **r, **extra))
+        medians = bench.median_over_rounds([row for row in raw if row["case"] == case.label()])
+        print(case.label(), " | ".join(f"{g['provider']}={g['tflops']:.0f}" if "tflops" in g else
+                                       f"{g['provider']}: {g.get('error')}" for g in medians), flush=True)
+        run.save("api_rounds", raw, rounds=rounds, settle_s=settle_s)
+        run.save("api_grid", bench.median_over_rounds(raw), rounds=rounds, settle_s=settle_s)
+
+
+def api_grid_summary(run: Run) -> None:
+    rows = [x for x in run.sections.get("api_grid", []) if "tflops" in x]
+    fa3 = {r["case"]: r["tflops"] for r in rows if r["provider"] == "fa3-fwd FP8"}
+    api_fa3 = {r["case"]: r["tflops"] for r in rows if r["provider"] == "api fa3:fa3-fwd"}
+    print("\nTFLOP/s; (x) = ratio to fa3-fwd FP8 called directly; [x] = ratio to fa3-fwd through the API")
+    for r in rows:
+        f, g = fa3.get(r["case"]), api_fa3.get(r["case"])
+        print(f"{r['case']:<24} {r['provider']:<28} {r['tflops']:7.0f}" + (f"  ({r['tflops'] / f:.3f})" if f else "")
+              + (f"  [{r['tflops'] / g:.3f}]" if g else ""))
+
+
 def v10_grid_summary(run: Run, name: str = "v10_grid") -> None:
     rows = [x for x in run.sections.get(name, []) if "tflops" in x]
     print("\ncase                      fp8lab   ws  FA3fp8  ratio  fa3vl  vLLM  bf16   (ratio: the faster fp8lab kernel)")
@@ -1417,7 +1468,11 @@ def main() -> None:
     ap.add_argument("--v23-grid", action="store_true",
                     help="as --v11-grid, each case's providers timed in --repeats interleaved rounds after --settle "
                          "seconds of running them in turn (bench.interleaved_times); medians in bench_v23_grid.json")
-    ap.add_argument("--settle", type=float, default=1.5, help="--v23-grid: seconds of load before each case's rounds")
+    ap.add_argument("--settle", type=float, default=1.5,
+                    help="--v23-grid, --api-grid: seconds of load before each case's rounds")
+    ap.add_argument("--api-grid", action="store_true",
+                    help="the grid through fp8lab.attention (V in FA3's layout) against the kernels called directly, "
+                         "in interleaved rounds as --v23-grid; bench_api_grid.json")
     ap.add_argument("--quant", action="store_true", help="only the quantization section (~2 min)")
     ap.add_argument("--quant-shapes", action="store_true",
                     help="v18: quantization at b.s = 16k tokens x 32 x 128 for b in QUANT_BATCHES (~2 min)")
@@ -1459,6 +1514,8 @@ def main() -> None:
          lambda: v10_grid_summary(run, "v11_grid")),
         (args.v23_grid, "v23_grid", lambda: rounds_grid(run, prov, rounds=args.repeats, settle_s=args.settle),
          lambda: v10_grid_summary(run, "v23_grid")),
+        (args.api_grid, "api_grid", lambda: api_grid(run, prov, rounds=args.repeats, settle_s=args.settle),
+         lambda: api_grid_summary(run)),
         (args.v10, "v10", lambda: v10(run, prov, dims, args.repeats), lambda: v10_summary(run)),
         (args.v11, "v11", lambda: v11(run, prov, dims, args.repeats, args.old), lambda: v11_summary(run)),
         (args.ws, "ws", lambda: ws(run, prov, dims), lambda: ws_summary(run)),

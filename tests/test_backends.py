@@ -143,6 +143,15 @@ def simulated_ampere_with_fa2(monkeypatch):
     return calls
 
 
+def test_gpu_only_providers_on_the_cpu_say_so():
+    (q, k, v), _ = fp8_inputs(1, 16, 16, 2, 2, 64)
+    for backend, names in (("fa3", ("vllm", "fa3-fwd")), ("triton:gluon", ("gluon",))):
+        with pytest.raises(BackendError) as e:
+            attention(q, k, v, backend=backend)
+        for name in names:
+            assert e.value.decision.rejected[name] == ("needs a CUDA GPU; this is the CPU",)
+
+
 def test_fp8_given_to_fa2_raises_before_any_kernel(simulated_ampere_with_fa2):
     (q, k, v), (qd, kd, vd) = fp8_inputs(1, 16, 16, 2, 2, 64)
     for backend in ("fa2", "auto"):

@@ -72,6 +72,9 @@ GPU_SET = {"fa3-fwd", "vllm-so", "sdpa-flash", "sdpa", "sdpa-cudnn", "triton", "
         (HOPPER, {"fa3-fwd", "sdpa"}, "fp8", 256, "error", "fa3:fa3-fwd"),
         (HOPPER, {"fa3-fwd", "sdpa"}, "fp16", 128, "error", "sdpa:sdpa"),  # fa3-fwd is built without fp16
         (HOPPER, {"sdpa-flash", "sdpa", "triton"}, "fp8", 128, "error", "triton:triton"),  # no FA3: our kernel
+        (HOPPER, {"sdpa", "gluon", "triton"}, "fp8", 128, "error", "triton:gluon"),  # the faster one on Hopper
+        (HOPPER, {"sdpa", "gluon", "triton"}, "fp8", 96, "error", "triton:triton"),  # Gluon: 64, 128, 256 only
+        (ADA, {"sdpa", "gluon", "triton"}, "fp8", 128, "error", "triton:triton"),  # Gluon: sm_90 only
         (HOPPER, {"fa3-fwd", "triton"}, "fp8", 72, "error", "error"),  # 72 % 16 != 0 for FP8 everywhere
         (HOPPER, {"fa3-fwd"}, "bf16", 72, "error", "fa3:fa3-fwd"),  # bf16 only needs a multiple of 8
         (HOPPER, {"fa3-fwd", "sdpa"}, "bf16", 320, "error", "sdpa:sdpa"),  # > 256: not FlashAttention
@@ -140,7 +143,7 @@ def test_provider_order_override():
 def test_version_override_changes_auto():
     env = {"FP8LAB_FLASH_ATTN_VERSION": "2"}
     assert decide(HOPPER, ALL, Request("bf16", 128), env=env).label() == "fa2:vllm-fa2"
-    d = decide(HOPPER, ALL - {"triton"}, Request("fp8", 128), env=env)
+    d = decide(HOPPER, ALL - {"triton", "gluon"}, Request("fp8", 128), env=env)
     assert not d.ok and "FA2 cannot run FP8" in d.rejected["vllm-fa2"][0]
     assert "the FlashAttention version rule chose FA2" in d.rejected["vllm-so"][0]
 
@@ -154,6 +157,7 @@ def test_version_override_changes_auto():
         ("fa3-fwd", "bf16", 128, 64, "FA3 allows different V dims only"),
         ("flash-attn-2", "bf16", 192, 128, "FA2 needs equal head dims"),
         ("triton", "fp8", 128, 64, "Triton kernel needs head_dim == head_dim_v"),
+        ("gluon", "fp8", 192, 192, "Gluon kernel needs head_dim == head_dim_v in (64, 128, 256)"),
         ("sdpa-flash", "bf16", 128, 128, "does not return the logsumexp"),
     ],
 )
@@ -167,6 +171,23 @@ def test_fa3_accepts_its_head_dims(d, dv):
     dtype = "fp8" if dv <= 256 and d == dv else "bf16"
     reasons, _ = gating.provider_reasons(PROVIDERS["fa3-fwd"], HOPPER, Request(dtype, d, dv), NO_ENV)
     assert reasons == []
+
+
+def test_gluon_takes_batched_hopper_calls_and_says_why_not():
+    ours = {"gluon", "triton"}
+    varlen = decide(HOPPER, ours, Request("fp8", 128, varlen=True), backend="triton", env=NO_ENV)
+    assert varlen.label() == "triton:triton"
+    assert "batched inputs only" in " ".join(varlen.rejected["gluon"])
+    assert decide(HOPPER, ours, Request("fp8", 128), backend="triton", env=NO_ENV).label() == "triton:gluon"
+    pinned = decide(HOPPER, ours, Request("fp8", 128, varlen=True), backend="triton:gluon", env=NO_ENV)
+    assert not pinned.ok and "batched inputs only" in pinned.error_message("triton:gluon")
+    for dev in (ADA, BLACKWELL):
+        why = " ".join(decide(dev, ours, Request("fp8", 128), backend="triton", env=NO_ENV).rejected["gluon"])
+        assert "gluon is written for compute capability 9.x" in why and "FA3" not in why
+    cpu = decide(CPU, ours, Request("fp8", 128), backend="triton", env={"TRITON_INTERPRET": "1"})
+    assert cpu.label() == "triton:triton" and "needs a CUDA GPU" in cpu.rejected["gluon"][0]
+    # a varlen request keeps the other providers' answers: FA3 takes cu_seqlens
+    assert decide(HOPPER, ALL, Request("fp8", 128, varlen=True), env=NO_ENV).label() == "fa3:vllm"
 
 
 def test_triton_on_cpu_needs_the_interpreter():

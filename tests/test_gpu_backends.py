@@ -45,9 +45,9 @@ GQA = (1, 4, 8)
 HEADS_KV = 2
 BATCHED = (2, 203)  # batch, seqlen
 VARLEN = (113, 203, 799)
-# Search order for the run: production FA3 first, our Triton kernel (many compiles) last.
+# Search order for the run: production FA3 first, our kernels (many compiles) last.
 ORDER = ("vllm-so", "fa3-fwd", "vllm", "flash-attn-3", "vllm-fa2", "flash-attn-2", "sdpa-flash", "sdpa-cudnn", "sdpa",
-         "triton")
+         "gluon", "triton")
 assert set(ORDER) == set(gating.PROVIDERS) - {"reference"}
 
 
@@ -64,7 +64,7 @@ def _log(**row: object) -> None:
             f.write(json.dumps(row) + "\n")
 
 
-def _runnable(provider: str, dtype: str, head_dim: int, lse: bool = False) -> tuple[str, bool]:
+def _runnable(provider: str, dtype: str, head_dim: int, varlen: bool = False) -> tuple[str, bool]:
     """The backend string for `provider`, and whether it returns lse; skips with gating's reasons."""
     from fp8lab.backends import api, providers
 
@@ -75,9 +75,9 @@ def _runnable(provider: str, dtype: str, head_dim: int, lse: bool = False) -> tu
     found, detail = providers.probe(provider)
     if not found:
         pytest.skip(f"{provider} not found: {detail}")
-    reasons, _ = gating.provider_reasons(spec, device, gating.Request(dtype, head_dim))
+    reasons, _ = gating.provider_reasons(spec, device, gating.Request(dtype, head_dim, varlen=varlen))
     if reasons:
-        pytest.skip(f"{provider} cannot run {dtype} d={head_dim} here: {'; '.join(reasons)}")
+        pytest.skip(f"{provider} cannot run {dtype} d={head_dim}{' varlen' if varlen else ''} here: {'; '.join(reasons)}")
     return f"{spec.backend}:{provider}", spec.returns_lse
 
 
@@ -164,7 +164,7 @@ GRID = [
                          ids=[f"{p}-{dt}-d{d}-gqa{g}-{'causal' if c else 'full'}-{'varlen' if vl else 'batched'}"
                               for p, dt, d, g, c, vl in GRID])
 def test_provider_against_references(provider, dtype, head_dim, gqa, causal, varlen):
-    backend, has_lse = _runnable(provider, dtype, head_dim)
+    backend, has_lse = _runnable(provider, dtype, head_dim, varlen)
     _deadline()
     case = _case(dtype, head_dim, gqa, causal, varlen)
     res = attention(case["q"], case["k"], case["v"], causal=causal, backend=backend, return_lse=has_lse,
@@ -203,7 +203,7 @@ def _layouts(values: torch.Tensor) -> dict[str, torch.Tensor]:
 @pytest.mark.parametrize("provider", FP8_PROVIDERS)
 @pytest.mark.parametrize("varlen", [False, True])
 def test_descale_layouts_agree_bitwise(provider, varlen):
-    backend, _ = _runnable(provider, "fp8", 128)
+    backend, _ = _runnable(provider, "fp8", 128, varlen)
     _deadline()
     case = _case("fp8", 128, 4, True, varlen)
     q, k, v, kw = case["q"], case["k"], case["v"], case["kw"]

@@ -50,6 +50,10 @@ def test_triton_kernel_lesson(executed_notebooks):
     assert len(no_loop) == 9 and sorted(no_loop.values())[4] > 0
     causal = f["v21_causal_mean_ratio"]  # the counter for causal attention, over two grids of each schedule
     assert causal["counter"] > causal["one program per tile"] > 0.85
+    copies = f["v24_v_copy_us"]  # the Triton copy of V against torch's, at every head dim
+    for d in (64, 128, 256):
+        assert copies[f"d={d} pretranspose_v"] * 5 < copies[f"d={d} torch pretranspose"]
+        assert copies[f"d={d} key_ordered_vt"] * 5 < copies[f"d={d} torch key_ordered"]
 
 
 def test_performance_record(executed_notebooks):
@@ -67,6 +71,11 @@ def test_performance_record(executed_notebooks):
     assert of_4_3["per-head onchip, head-major x"][2] > 0.85 > of_4_3["per-head onchip, head-major x"][0]
     reverse = f["v23_reverse_gain"]  # pass 2 backwards over forwards, per size (32, 64, 128, 256 MiB)
     assert all(len(r) == 4 and min(r) > 1.0 for r in reverse.values())
+    api = f["v24_api_gluon_over_api_fa3"]  # the Gluon kernel over fa3-fwd, both through fp8lab.attention
+    assert len(api) == 18 and 0.8 < min(api.values()) and max(api.values()) < 1.1
+    extra = f["v24_api_extra_ms"]  # the API's cost on a 0.94 ms call, and on an 8 ms one within the spread
+    assert 0.1 < extra["4x4096x32x64 api triton:gluon"] < 0.5 and extra["4x4096x32x64 key_ordered_vt + ws"] < 0.05
+    assert abs(extra["1x16384x32x256 api triton:gluon"]) < 0.3
     after = f["v23_after_compile"]  # [lowest, highest ratio, grids below 0.9, grids] per way of timing
     assert after["after a compile"][2] >= 1 and after["card busy before"][2] == 0
     assert after["card busy before"][0] > after["after a compile"][0]

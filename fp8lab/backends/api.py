@@ -48,14 +48,17 @@ def device_of(t: torch.Tensor) -> Device:
 
 
 def request_of(q: torch.Tensor, shape: AttentionShape, return_lse: bool, fp8_fallback: str) -> Request:
-    return Request(_DTYPE_NAMES[q.dtype], shape.head_dim, shape.head_dim_v, bool(return_lse), fp8_fallback)
+    return Request(_DTYPE_NAMES[q.dtype], shape.head_dim, shape.head_dim_v, bool(return_lse), fp8_fallback,
+                   varlen=shape.varlen)
 
 
 def _available(device: Device) -> tuple[set[str], dict[str, str]]:
     """Providers found here (only those that could run on `device` are probed) and why the rest are not."""
     names = [n for n, s in gating.PROVIDERS.items() if device.is_cuda or s.cpu]
     found = providers.probe_all(names=names)
-    return {n for n, (ok, _) in found.items() if ok}, {n: why for n, (ok, why) in found.items() if not ok}
+    why_not = {n: "needs a CUDA GPU; this is the CPU" for n in gating.PROVIDERS if n not in names}
+    why_not.update({n: why for n, (ok, why) in found.items() if not ok})
+    return {n for n, (ok, _) in found.items() if ok}, why_not
 
 
 def _decide(q: torch.Tensor, shape: AttentionShape, backend: str, return_lse: bool, fp8_fallback: str) -> Decision:

@@ -103,6 +103,7 @@ class Request:
     head_dim_v: int | None = None
     return_lse: bool = False
     fp8_fallback: str = "error"
+    varlen: bool = False  # cu_seqlens given
 
     def __post_init__(self) -> None:
         if self.dtype not in DTYPES:
@@ -127,9 +128,10 @@ class ProviderSpec:
     cpu: bool = False  # runs on the CPU (triton: only under TRITON_INTERPRET=1)
     min_capability: tuple[int, int] = (8, 0)
     capability_major: int | None = None  # 9 for FA3: only this family
-    head_dims: str = "any"  # "fa3" | "fa2" | "any" | "triton"
+    head_dims: str = "any"  # "fa3" | "fa2" | "any" | "triton" | "gluon"
     returns_lse: bool = True
     fp8_min_capability: tuple[int, int] | None = None
+    varlen: bool = True  # takes cu_seqlens
 
 
 # The registry, in the default order within each backend. Names are what users
@@ -155,6 +157,9 @@ PROVIDERS: dict[str, ProviderSpec] = {
                      ("bf16", "fp16", "fp32", "fp64"), cpu=True, min_capability=(0, 0), returns_lse=False),
         ProviderSpec("sdpa-cudnn", "sdpa", "torch SDPA forced to cuDNN attention (no lse)",
                      ("bf16", "fp16"), head_dims="fa3", returns_lse=False),
+        ProviderSpec("gluon", "triton", "fp8lab.kernels.fp8_attention_ws, our kernel with FA3's warp-specialized "
+                     "schedule in Gluon (the faster one on Hopper; batched only, head dims 64/128/256)",
+                     ("fp8",), capability_major=9, head_dims="gluon", varlen=False),
         ProviderSpec("triton", "triton", "fp8lab.kernels.fp8_attention, our Triton kernel",
                      ("fp8",), cpu=True, head_dims="triton", fp8_min_capability=(8, 9)),
         ProviderSpec("reference", "reference", "fp8lab.reference: attention_fa3_fp8 (FP8) / attention_exact (float64 math)",
@@ -187,6 +192,10 @@ def _head_dim_reasons(rule: str, req: Request) -> list[str]:
         # fp8lab.kernels.attention._check_kernel_support
         ok = d == dv and d % 16 == 0 and 16 <= d <= 256
         return [] if ok else [f"the Triton kernel needs head_dim == head_dim_v, a multiple of 16 in [16, 256], got {d}/{dv}"]
+    if rule == "gluon":
+        # fp8lab.kernels.attention_ws.fp8_attention_ws
+        ok = d == dv and d in (64, 128, 256)
+        return [] if ok else [f"the Gluon kernel needs head_dim == head_dim_v in (64, 128, 256), got {d}/{dv}"]
     reasons = []
     align = 16 if req.dtype == "fp8" else 8
     for label, x in (("head_dim", d), ("head_dim_v", dv))[: 1 if d == dv else 2]:
@@ -223,11 +232,15 @@ def provider_reasons(
         if not spec.cuda:
             reasons.append("runs on the CPU only")
         elif spec.capability_major is not None and cap[0] != spec.capability_major:
-            reasons.append(
-                f"FA3 kernels are built for compute capability {spec.capability_major}.x (Hopper) only; "
-                f"this is {device.describe()}"
-                + ("; Blackwell falls back from FA3 (vLLM: to FA4, else FA2)" if cap[0] >= 10 else "")
-            )
+            if spec.backend == "fa3":
+                reasons.append(
+                    f"FA3 kernels are built for compute capability {spec.capability_major}.x (Hopper) only; "
+                    f"this is {device.describe()}"
+                    + ("; Blackwell falls back from FA3 (vLLM: to FA4, else FA2)" if cap[0] >= 10 else "")
+                )
+            else:
+                reasons.append(f"{spec.name} is written for compute capability {spec.capability_major}.x (Hopper: TMA, "
+                               f"wgmma, setmaxnreg) only; this is {device.describe()}")
         elif cap < spec.min_capability:
             reasons.append(f"needs compute capability >= {spec.min_capability[0]}.{spec.min_capability[1]}, this is {cap[0]}.{cap[1]}")
         if req.dtype == "fp8" and spec.fp8_min_capability and cap < spec.fp8_min_capability:
@@ -247,7 +260,9 @@ def provider_reasons(
             reasons.append(f"{spec.name} takes {'/'.join(spec.dtypes)}, not FP8 (fp8_fallback='dequantize' runs it on dequantized bf16)")
         else:
             reasons.append(f"{spec.name} takes {'/'.join(spec.dtypes)}, not {req.dtype}")
-    req_eff = Request("bf16", req.head_dim, req.head_dim_v, req.return_lse) if dequantize else req
+    if req.varlen and not spec.varlen:
+        reasons.append(f"{spec.name} takes batched inputs only, not varlen (cu_seqlens)")
+    req_eff = Request("bf16", req.head_dim, req.head_dim_v, req.return_lse, varlen=req.varlen) if dequantize else req
     reasons += _head_dim_reasons(spec.head_dims, req_eff)
     if req.return_lse and not spec.returns_lse:
         reasons.append("does not return the logsumexp (return_lse=True)")
@@ -382,8 +397,9 @@ def decide(
 ) -> Decision:
     """Choose the provider for `request` on `device` given the installed providers `available`.
 
-    backend="auto": the FlashAttention version by vLLM's rule, then triton
-    (FP8 only), then sdpa, then (on the CPU only) the reference. An explicit
+    backend="auto": the FlashAttention version by vLLM's rule, then fp8lab's own
+    kernels (backend "triton", FP8 only: "gluon" on Hopper for batched inputs, then
+    the Triton kernel), then sdpa, then (on the CPU only) the reference. An explicit
     backend ("fa3", "fa2", "sdpa", "triton", "reference", or "fa3:fa3-fwd" for
     one provider) considers only its providers. `unavailable_reasons` maps a
     provider that is not available to why (shown in the rejections).
@@ -426,9 +442,9 @@ def decide(
             rejected[p] = ("auto never picks the slow reference on a GPU; ask for backend='reference'",)
             continue
         if name == "auto" and spec.backend == "triton" and request.dtype != "fp8":
-            rejected[p] = ("auto uses the Triton kernel for FP8 inputs only",)
+            rejected[p] = ("auto uses fp8lab's own kernels for FP8 inputs only",)
             continue
-        if name == "auto" and spec.backend == "triton" and not device.is_cuda:
+        if name == "auto" and spec.backend == "triton" and spec.cpu and not device.is_cuda:
             rejected[p] = ("auto never picks the Triton interpreter on the CPU; ask for backend='triton'",)
             continue
         reasons, dequantize = provider_reasons(spec, device, request, env)

@@ -348,6 +348,54 @@ def v_layout_costs(results_dir: str | Path, version: str = "v2") -> pd.DataFrame
     return pd.DataFrame(rows).assign(config=natural["config"])
 
 
+def v24_v_layout(results_dir: str | Path) -> pd.DataFrame:
+    """What storing V keys-contiguous costs (v24, `bench_v24_v_layout.json`): per head dim (V of 16k
+    tokens x 32 kv heads, e4m3) and operation, the median microseconds over three repeats (`do_bench`,
+    and CUDA-graph replays) and TB/s (reads plus writes), and whether the bytes equal torch's.
+    `pretranspose_v` and `key_ordered_vt` run `transpose_keys` (Triton); "torch ..." are the copies
+    they replaced."""
+    rows = [r for r in load_results(Path(results_dir) / "bench_v24_v_layout.json")["rows"] if r["part"] == "v layout"]
+    df = pd.DataFrame(rows)
+    out = df.pivot_table(index=["head_dim", "mib", "op"], columns="timer", values="ms", aggfunc="median", sort=False) * 1e3
+    out.columns = [f"us ({c})" for c in out.columns]
+    out["TB/s (graph)"] = 2 * out.index.get_level_values("mib") * 2**20 / (out["us (graph)"] * 1e-6) / 1e12
+    out["same bytes"] = df.groupby(["head_dim", "mib", "op"], sort=False)["same_bytes"].all()
+    return out.reset_index().rename(columns={"mib": "V MiB"})
+
+
+def v24_api_grid(results_dir: str | Path) -> pd.DataFrame:
+    """The grid through `fp8lab.attention` (v24, `bench_v24_api.json`: medians of five interleaved
+    rounds): per case, TFLOP/s of backend "triton" (the Gluon kernel on Hopper, V stored by
+    `key_ordered_vt` in every call), "triton:triton" (the Triton kernel, V by `pretranspose_v` in
+    every call) and "fa3:fa3-fwd", all with V in FA3's layout and the API's checks; the two kernels
+    called directly on prepared V and fa3-fwd called directly; and the ratios of the API's fastest
+    path to fa3-fwd through the API and called directly."""
+    rows = [r for r in load_results(Path(results_dir) / "bench_v24_api.json")["rows"] if "tflops" in r]
+    df = pd.DataFrame(rows).pivot_table(index="case", columns="provider", values="tflops", sort=False)
+    gluon = next(c for c in df.columns if c.startswith("api triton ("))
+    out = pd.DataFrame({
+        "API triton (Gluon)": df[gluon], "API triton:triton": df["api triton:triton"],
+        "API fa3:fa3-fwd": df["api fa3:fa3-fwd"], "Gluon direct": df["fp8lab ws"], "Triton direct": df["fp8lab"],
+        "fa3-fwd direct": df["fa3-fwd FP8"]})
+    out["API Gluon / API FA3"] = out["API triton (Gluon)"] / out["API fa3:fa3-fwd"]
+    out["API Gluon / FA3 direct"] = out["API triton (Gluon)"] / out["fa3-fwd direct"]
+    out["Gluon direct / FA3 direct"] = out["Gluon direct"] / out["fa3-fwd direct"]
+    return out
+
+
+def v24_api_overhead(results_dir: str | Path) -> pd.DataFrame:
+    """One call taken apart (v24, `bench_v24_api_overhead.json`): per case and variant the median
+    milliseconds of `do_bench` and of 20 calls between syncs, over two repeats, and the extra
+    over the kernel called directly (the Gluon kernel's variants against "ws direct", fa3-fwd's
+    against "fa3 direct")."""
+    df = pd.DataFrame(load_results(Path(results_dir) / "bench_v24_api_overhead.json")["rows"])
+    out = df.groupby(["case", "variant"], sort=False)[["do_bench_ms", "wall_ms_synced"]].median().reset_index()
+    base = out["variant"].map(lambda v: "fa3 direct" if "fa3" in v else "ws direct")
+    ref = out.set_index(["case", "variant"])["do_bench_ms"]
+    out["extra ms"] = out["do_bench_ms"] - [ref[(c, b)] for c, b in zip(out["case"], base)]
+    return out
+
+
 @triton.jit
 def _key_order_kernel(OUT, BLOCK_N: tl.constexpr):
     tl.store(OUT + tl.arange(0, BLOCK_N), key_order(BLOCK_N, True))

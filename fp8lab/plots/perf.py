@@ -160,6 +160,22 @@ def plot_after_compile(df: pd.DataFrame, target: float = 0.9, ax: plt.Axes | Non
     return ax
 
 
+def plot_api_grid(df: pd.DataFrame, target: float = 0.9, ax: plt.Axes | None = None) -> plt.Axes:
+    """Bars per case: TFLOP/s over fa3-fwd called directly, for the Gluon kernel called directly
+    and through `fp8lab.attention`, and fa3-fwd through it (`fp8lab.kernels.explain.v24_api_grid`)."""
+    ax = ax or plt.subplots(figsize=(8, 5.5))[1]
+    cols = ["Gluon direct", "API triton (Gluon)", "API fa3:fa3-fwd"]
+    long = (df[cols].div(df["fa3-fwd direct"], axis=0).rename_axis("case").reset_index()
+            .melt(id_vars="case", var_name="call", value_name="ratio"))
+    sns.barplot(data=long, y="case", x="ratio", hue="call", palette="deep", ax=ax)
+    ax.axvline(target, ls="--", color="k", lw=1)
+    ax.set_xlabel("TFLOP/s over fa3-fwd FP8 called directly")
+    ax.set_ylabel("")
+    ax.legend(fontsize=8, ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.1))
+    ax.set_title("The kernels through fp8lab.attention (V in FA3's layout, checks, one sync)")
+    return ax
+
+
 def plot_versions(df: pd.DataFrame, ax: plt.Axes | None = None) -> plt.Axes:
     """Lines: best TFLOP/s per version, one line per (head_dim, causal)."""
     ax = ax or plt.subplots(figsize=(7, 3.6))[1]
