@@ -21,7 +21,8 @@ from typing import Callable
 
 import torch
 
-__all__ = ["METRICS", "cosine", "error_table", "max_abs", "rel_l1", "rel_l2", "resolve_metric", "rmse", "sqnr"]
+__all__ = ["METRICS", "cosine", "error_table", "max_abs", "rel_l1", "rel_l2", "resolve_metric", "rmse", "sqnr",
+           "ulps_apart"]
 
 _OK_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
@@ -100,6 +101,23 @@ METRICS: dict[str, Callable[..., torch.Tensor | float]] = {
     "cosine": cosine,
     "sqnr": sqnr,
 }
+
+
+def ulps_apart(x: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:
+    """Elementwise, how many representable values apart x and ref are (0: the same value; -0.0 and
+    +0.0 count as one), for two bfloat16 or float16 tensors of the same shape and dtype. int64.
+
+    "The same bits up to summation order" reads `ulps_apart(out, ref).max() <= 1`.
+    """
+    if x.shape != ref.shape or x.dtype != ref.dtype or x.dtype not in (torch.bfloat16, torch.float16):
+        raise ValueError(f"expected two bfloat16 or float16 tensors of one shape, got {x.dtype} {tuple(x.shape)} "
+                         f"and {ref.dtype} {tuple(ref.shape)}")
+
+    def on_a_line(t: torch.Tensor) -> torch.Tensor:  # bit patterns in the values' order
+        bits = t.contiguous().view(torch.int16).to(torch.int64)
+        return torch.where(bits < 0, -(bits & 0x7FFF), bits)
+
+    return (on_a_line(x) - on_a_line(ref)).abs()
 
 
 def error_table(x: torch.Tensor, ref: torch.Tensor, metrics: tuple[str, ...] | None = None) -> dict[str, float]:

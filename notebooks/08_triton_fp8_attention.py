@@ -68,7 +68,7 @@ from fp8lab.notebooks import record  # noqa: E402
 from fp8lab.formats import cast_to_fp8, get_format  # noqa: E402
 from fp8lab.kernels import attention as A  # noqa: E402
 from fp8lab.kernels import WsConfig, default_ws_config, explain, fp8_attention, pretranspose_v, quantize_fp8  # noqa: E402
-from fp8lab.metrics import rel_l2  # noqa: E402
+from fp8lab.metrics import rel_l2, ulps_apart  # noqa: E402
 from fp8lab.plots import perf as plots  # noqa: E402
 from fp8lab.reference import FA3Steps, attention_exact, attention_fa3_fp8  # noqa: E402
 
@@ -125,14 +125,18 @@ errors = pd.DataFrame([
     dict(pair="emulation vs exact", rel_l2=float(rel_l2(emu, exact))),
     dict(pair="kernel vs exact", rel_l2=float(rel_l2(out, exact))),
 ])
-print(f"config {cfg.label()}, bitwise equal to the emulation: {torch.equal(out, emu)}")
+ulps = ulps_apart(out, emu)
+print(f"config {cfg.label()}: {int((ulps == 0).sum())} of {ulps.numel()} outputs bitwise equal to the emulation"
+      + (f", the rest at most {int(ulps.max())} bf16 ulp apart" if ulps.any() else ""))
 record("kernel_vs_emulation_rel_l2", errors["rel_l2"][0])
 errors
 
 # %% [markdown]
-# Under the interpreter the two agree to the last bit (on the H200 they differ by
-# 13-26 % of the emulation's own error, from `ex2.approx` and FMA contraction:
-# docs/kernel-notes.md). The recorded GPU check:
+# Under the interpreter the two agree to the last bit, up to the order of fp32 sums: the
+# interpreter's `tl.dot` and `tl.sum` are numpy's, the emulation's are torch's, and on some CPUs
+# (AVX-512 against AVX2) a rare element rounds to the neighbouring bf16 value. On the H200 they
+# differ by 13-26 % of the emulation's own error, from `ex2.approx` and FMA contraction
+# (docs/kernel-notes.md). The recorded GPU check:
 
 # %%
 corr = bench.records_frame(rdir, "correctness")
@@ -696,7 +700,7 @@ err8 = float(rel_l2(fp8_attention(qp, kp, vp, *dp), exact_p))
 assert abs(answer_1 - err0 / err8) < 1e-9, "measure both errors against exact_p"
 if dev.type == "cpu":
     emu2 = attention_fa3_fp8(q8, k8, v8, qd, kd, vd, causal=causal, block_n=answer_2)
-    assert torch.equal(emu2, fp8_attention(q8, k8, v8, qd, kd, vd, causal=causal)), "not the kernel's block_n"
+    assert ulps_apart(emu2, fp8_attention(q8, k8, v8, qd, kd, vd, causal=causal)).max() <= 1, "not the kernel's block_n"
 assert cast_to_fp8(torch.tensor([answer_3])).item() == answer_3 == 2.0 ** 8, "P = 2^max_offset at the row max"
 held = layout.loc[1, "keys held, permute_keys"][layout.loc[1, "accumulator columns"].index(10)]
 assert answer_4 == held, "the kernel's key_order puts another key in column 10"

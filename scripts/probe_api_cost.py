@@ -41,12 +41,16 @@ def torch_key_ordered(v: torch.Tensor) -> torch.Tensor:
     return vt.contiguous()
 
 
-def host_ms(fn, n: int = 50) -> float:
+def host_ms(fn, n: int = 50, until_done: bool = False) -> float:
+    """Median milliseconds of `fn()` started after a sync: until it returns (the host's part, the
+    launch included), or with `until_done` until the GPU has finished it too."""
     times = []
     for _ in range(n):
         torch.cuda.synchronize()
         t0 = time.perf_counter()
         fn()
+        if until_done:
+            torch.cuda.synchronize()
         times.append((time.perf_counter() - t0) * 1e3)
     torch.cuda.synchronize()
     return statistics.median(times)

@@ -12,28 +12,16 @@ time of 20 calls each between syncs; two interleaved repeats. Needs fa3-fwd.
 
 from __future__ import annotations
 
-import statistics
 import sys
-import time
 
 import fa3_fwd_interface as fa3
 import torch
+from probe_api_cost import host_ms  # scripts/ is on the path when run as a script
 
 import fp8lab
 from fp8lab import bench, env
 from fp8lab.kernels import attention_ws as W
 from fp8lab.layout import check_attention_inputs
-
-
-def synced_wall_ms(fn, n: int = 20) -> float:
-    times = []
-    for _ in range(n):
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        fn()
-        torch.cuda.synchronize()
-        times.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(times)
 
 
 def main(out: str) -> None:
@@ -65,7 +53,7 @@ def main(out: str) -> None:
             for name, fn in variants.items():
                 fn()
                 rows.append(dict(case=f"{b}x{s}x{h}x{d}", rep=rep, variant=name, do_bench_ms=bench.median_ms(fn),
-                                 wall_ms_synced=synced_wall_ms(fn)))
+                                 wall_ms_synced=host_ms(fn, 20, until_done=True)))
                 print(rows[-1], flush=True)
     bench.write_results(out, rows, env.context(dtype="float8_e4m3fn"))
 

@@ -16,6 +16,7 @@ from bounds import fp8_qk_accumulation_term, max_abs_score_terms
 
 from fp8lab.kernels import attention as A
 from fp8lab.kernels import fp8_attention, pretranspose_v
+from fp8lab.metrics import ulps_apart
 from fp8lab.reference.exact import attention_exact
 from fp8lab.reference.fa3 import attention_fa3_fp8
 
@@ -39,6 +40,16 @@ def descales(gen: torch.Generator, batch: int, heads_kv: int) -> list[torch.Tens
     return [(torch.rand(batch, heads_kv, generator=gen) * 0.4 + 0.05).to(DEV) for _ in range(3)]
 
 
+def assert_emulation_bits(out: torch.Tensor, emu: torch.Tensor) -> None:
+    """Under the interpreter the kernel gives the emulation's bits. Its fp32 sums are numpy's (`tl.dot`,
+    `tl.sum`) and the emulation's are torch's, whose order follows the CPU's vector width (AVX2 or
+    AVX-512): on some machines an element of a shape lands one bf16 ulp apart (11520 elements: one on
+    an AVX-512 machine, none on others). Allowed: that, in at most one element per thousand."""
+    ulps = ulps_apart(out, emu)
+    assert ulps.max().item() <= 1, f"{ulps.max().item()} ulps apart"
+    assert (ulps > 0).sum().item() <= max(1, out.numel() // 1000), f"{(ulps > 0).sum().item()} of {out.numel()} differ"
+
+
 def check_against_emulation(q, k, v, ds, **kw) -> None:
     block_n = A.default_config(q.shape[-1], kw.get("causal", False)).block_n
     out, lse = fp8_attention(q, k, v, *ds, return_lse=True, **kw)
@@ -50,7 +61,7 @@ def check_against_emulation(q, k, v, ds, **kw) -> None:
     emu_err = rel_l2(emu, exact)
     assert emu_err > 1e-3  # the FP8 steps do cost accuracy: the bound below is not vacuous
     if DEV == "cpu":  # the interpreter, with P and the output rounded in fp32: the same bits
-        assert torch.equal(out, emu)
+        assert_emulation_bits(out, emu)
     else:  # ex2.approx, FMA contraction, sum order; FA3 itself sits at 0.24-0.70 of emu_err
         assert rel_l2(out, emu) <= 0.6 * emu_err, (rel_l2(out, emu), emu_err)
     # lse is not quantized: it must match exact attention's to float32 accuracy,
@@ -125,7 +136,7 @@ def test_unpipelined_on_band_loop_gives_the_same_bits():
         emu = attention_fa3_fp8(q, k, v, *ds, causal=causal, block_n=BN)
         assert torch.equal(out4, out2) and torch.equal(lse4, lse2)
         if DEV == "cpu":
-            assert torch.equal(out4, emu)
+            assert_emulation_bits(out4, emu)
     r168 = A.AttentionConfig(32, BN, 4, 2, maxnreg=168)  # a compile option: same bits
     assert r168.label() == f"m32n{BN}w4s2-r168"
     assert torch.equal(fp8_attention(q, k, v, *ds, causal=True, config=r168), out2)
@@ -172,7 +183,8 @@ def test_permuted_keys_give_the_same_result(causal):
         out_p, lse_p = fp8_attention(q, k, pretranspose_v(v), *ds, causal=causal, config=perm, return_lse=True)
         emu = attention_fa3_fp8(q, k, v, *ds, causal=causal, block_n=32)
         if DEV == "cpu":
-            assert torch.equal(out_p, out) and torch.equal(lse_p, lse) and torch.equal(out_p, emu), (sq, sk, d)
+            assert torch.equal(out_p, out) and torch.equal(lse_p, lse), (sq, sk, d)
+            assert_emulation_bits(out_p, emu)
             assert torch.equal(fp8_attention(q, k, v, *ds, causal=causal, config=perm_all), out), (sq, sk, d)
         else:
             exact = attention_exact(q, k, v, q_descale=ds[0], k_descale=ds[1], v_descale=ds[2], causal=causal)

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from fp8lab.formats import cast_to_fp8
-from fp8lab.metrics import METRICS, cosine, error_table, max_abs, rel_l1, rel_l2, rmse, sqnr
+from fp8lab.metrics import METRICS, cosine, error_table, max_abs, rel_l1, rel_l2, rmse, sqnr, ulps_apart
 
 
 def test_values_on_a_small_example():
@@ -66,3 +66,22 @@ def test_error_table_and_bad_input():
         error_table(ref, ref, ("psnr",))
     with pytest.raises(ValueError, match="head_axis"):
         rmse(ref, ref, per_head=True, head_axis=5)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_ulps_apart_counts_representable_values(dtype):
+    gen = torch.Generator().manual_seed(2)
+    x = (torch.randn(1000, generator=gen) * 10).to(dtype)
+    up = torch.nextafter(x, torch.full_like(x, float("inf")))
+    down = torch.nextafter(x, torch.full_like(x, float("-inf")))
+    assert (ulps_apart(x, x) == 0).all() and (ulps_apart(up, x) == 1).all() and (ulps_apart(down, up) == 2).all()
+    assert ulps_apart(x, -x)[x != 0].min() >= 2  # across zero, both halves count
+    zeros = torch.tensor([0.0, -0.0], dtype=dtype)
+    assert ulps_apart(zeros, zeros.flip(0)).tolist() == [0, 0]
+    tiny = torch.tensor([torch.finfo(dtype).smallest_normal], dtype=dtype)
+    sub = torch.nextafter(torch.zeros(1, dtype=dtype), torch.ones(1, dtype=dtype))  # the smallest subnormal
+    assert ulps_apart(sub, -sub).item() == 2 and ulps_apart(tiny, sub).item() > 1
+    with pytest.raises(ValueError, match="bfloat16 or float16"):
+        ulps_apart(x.float(), x.float())
+    with pytest.raises(ValueError, match="one shape"):
+        ulps_apart(x, x[:5])
