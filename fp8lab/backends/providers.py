@@ -476,8 +476,8 @@ class TritonKernel(Provider):
 class GluonKernel(Provider):
     """fp8lab.kernels.fp8_attention_ws: FA3's warp-specialized schedule (Hopper, batched).
 
-    V arrives in FA3's layout; the adapter stores it as `key_ordered_vt(v)` (one copy of V,
-    FA3 reads V as it is) and makes q and k contiguous where they are not rows of heads x head_dim.
+    V arrives in FA3's layout; the adapter stores it as `key_ordered_vt(v)` (one copy of V;
+    FA3 reads V as it is) and passes q and k contiguous (a copy only where they are not).
     """
 
     name = "gluon"

@@ -162,22 +162,11 @@ def key_ordered_vt(v: torch.Tensor) -> KeyOrderedVt:
     s_pad = -(-s_k // 32) * 32
     if v.is_cuda and v.element_size() == 1 and v.stride(-1) == 1:
         return KeyOrderedVt(transpose_keys(v, s_pad, key_ordered=True), s_k)
-    vt = torch.empty((b, hk, d, s_pad), dtype=v.dtype, device=v.device)
-    src = v.permute(0, 2, 3, 1)  # (b, hk, d, s_k), a view
-    if s_pad != s_k:  # the padding keys must be zeros: one small padded copy of the last 32 keys
-        vt[..., s_pad - 32:] = 0
-        tail = torch.zeros((b, hk, d, 32), dtype=v.dtype, device=v.device)
-        tail[..., : s_k - (s_pad - 32)] = src[..., s_pad - 32:]
-        pieces = ((src[..., : s_pad - 32], vt[..., : s_pad - 32]), (tail, vt[..., s_pad - 32:]))
-    else:
-        pieces = ((src, vt),)
-    # column 16a + 4t + 2b + e of every 32 <- column 16a + 8b + 2t + e: `in_key_order` on the key axis.
-    # Written as one strided copy: a view of the destination in the source's index order.
-    for x, dst in pieces:
-        n = x.shape[-1] // 32
-        if n:
-            dst.unflatten(-1, (n, 2, 4, 2, 2)).permute(0, 1, 2, 3, 4, 6, 5, 7).copy_(x.unflatten(-1, (n, 2, 2, 4, 2)))
-    return KeyOrderedVt(vt, s_k)
+    vt = torch.zeros((b, hk, d, s_pad), dtype=v.dtype, device=v.device)
+    vt[..., :s_k] = v.permute(0, 2, 3, 1)
+    # column 16a + 4t + 2b + e of every 32 <- column 16a + 8b + 2t + e: `in_key_order` on the key axis
+    vt = vt.reshape(b, hk, d, s_pad // 32, 2, 2, 4, 2).permute(0, 1, 2, 3, 4, 6, 5, 7).reshape(b, hk, d, s_pad)
+    return KeyOrderedVt(vt.contiguous(), s_k)
 
 
 def default_ws_config(head_dim: int, causal: bool = False, key_ordered: bool = False) -> WsConfig:
