@@ -133,6 +133,9 @@ def check_attention_inputs(
 
     Raises TypeError for dtypes and ValueError for shapes, devices, strides,
     cu_seqlens and descales, each naming the tensor, what was expected and what came.
+    While a CUDA graph is being captured the descale values are not checked (reading them back
+    needs a sync, which a capture forbids; a replay runs no Python check anyway), and varlen
+    calls are refused with a ValueError (their lengths are read from cu_seqlens on the host).
     """
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor):
@@ -151,9 +154,13 @@ def check_attention_inputs(
         raise ValueError(f"descales apply to FP8 inputs only, got q/k/v in {_dtype_name(q)}")
 
     varlen = cu_seqlens_q is not None or cu_seqlens_k is not None
+    capturing = q.is_cuda and torch.cuda.is_current_stream_capturing()
     if varlen:
         if cu_seqlens_q is None or cu_seqlens_k is None:
             raise ValueError("varlen needs both cu_seqlens_q and cu_seqlens_k, got only one")
+        if capturing:
+            raise ValueError("varlen (cu_seqlens) calls cannot be captured in a CUDA graph: the sequence lengths "
+                             "are read from cu_seqlens on the host; capture batched calls, or run varlen eagerly")
         for name, t in (("q", q), ("k", k), ("v", v)):
             if t.dim() != 3:
                 raise ValueError(f"{name}: varlen expects (total_tokens, heads, head_dim), got shape {tuple(t.shape)}")
@@ -201,7 +208,7 @@ def check_attention_inputs(
              if d is not None}
     for name, d in given.items():
         check_descale(name, d, batch, heads_kv, q.device, check_values=False)
-    if given:  # the values: one device sync for all three; on a failure, the check that names the value
+    if given and not capturing:  # the values: one device sync for all three; on a failure, the check that names the value
         values = torch.cat([d.reshape(-1) for d in given.values()])
         if not bool((values.isfinite() & (values > 0)).all()):
             for name, d in given.items():

@@ -482,7 +482,8 @@ else:
 # points below pay for was v18's reading; v22 profiled it (below), and found otherwise.
 
 # %%
-shapes = bench.records_frame(rdir, "quant_shapes")
+all_shapes = bench.records_frame(rdir, "quant_shapes")  # v18 here; v25's run, below, timed the same and more
+shapes = all_shapes[all_shapes["version"] == "v18"]
 plots.plot_quant_shapes(shapes)
 plt.show()
 span = shapes.groupby(["kernel", "batch"], sort=False)["frac_copy_graph"].agg(["min", "max"]).round(3)
@@ -603,6 +604,70 @@ rev_table.round(3)
 # have (5 bytes moved per 3 useful, 60 %) only by what L2 holds, so per tensor stays far from 85 %.
 
 # %% [markdown]
+# ### The scale from before: delayed scaling in one pass (v25)
+#
+# Everything in this section so far computes the scale from the tensor being quantized: *current*
+# scaling. Per head and per tensor that is what costs, because no value can be cast before the
+# last value of its slice has been read. TransformerEngine's *delayed* scaling (notebook 02,
+# section 4) takes the descale from the amaxes of earlier calls instead, so the cast needs nothing
+# from this call: one read, one write, and x's amax recorded on the way for the next call.
+# `fp8lab.kernels.quantize_fp8_delayed(x, descale)` is that kernel: any `(batch, heads_kv)`
+# descale, the division correctly rounded as `fp8lab.scaling` divides, and the per-(sequence, kv
+# head) amax, which keeps NaN so a caller cannot miss one. `quantize_delayed(x, strategy)` runs it
+# as `fp8lab.scaling.quantize` runs a `DelayedAmax` source: the same bits, descales and history,
+# step after step (the tests compare five steps of a jumping range).
+#
+# v25 timed it in `gpu_bench.py --quant-shapes`, next to everything v18 timed, on the same 128 MiB
+# split the same ways (`results/h200/bench_v25_quant_shapes.*`, `run21/call5`):
+
+# %%
+v25 = all_shapes[all_shapes["version"] == "v25"]
+plots.plot_quant_shapes(v25)
+plt.show()
+v25_span = explain.quant_split_table(v25)
+v25_issue = explain.quant_split_table(v25, copy_tbps=4.3)
+record("v25_quant_shapes_low", {k: [float(v25_span.loc[k, (b, "min")]) for b in (1, 2, 4, 8, 16)]
+                                for k in ("per-head delayed", "per-head delayed, head-major x", "per-head GQA4 delayed",
+                                          "per-head onchip", "static (vLLM Q)")})
+record("v25_quant_shapes_of_4_3_low", {k: [float(v25_issue.loc[k, (b, "min")]) for b in (1, 2, 4, 8, 16)]
+                                       for k in ("per-head delayed", "per-head GQA4 delayed", "per-head onchip")})
+print(f"this run's copy: {v25['copy_tbps_graph'].min():.3f}-{v25['copy_tbps_graph'].max():.3f} TB/s")
+v25_span
+
+# %% [markdown]
+# Per head, delayed scaling runs at 0.89-0.90 of copy at every split, token-major or head-major,
+# with 4 query heads per kv head too: above 85 % of this run's copy everywhere, and of the issue's
+# 4.3 TB/s too, where current scaling on chip stays at 0.78-0.80 for one sequence of 16384 tokens.
+# It is 10 % short of the static cast (1.01): the amax and an exact division (three operations
+# per value instead of one multiply) cost issue slots. Current scaling's rows in the same run
+# repeat v18's within a point or two. Against the issue's 4.3 TB/s:
+
+# %%
+v25_issue
+
+# %% [markdown]
+# How it got there (`scripts/probe_quant_delayed.py`, `run21/`, CUDA-graph replays, 3 rounds):
+# - Programs loop over consecutive tiles and keep each head's running amax in registers, with one
+#   atomic max per sequence at the end. An atomic per tile would put thousands of updates on the
+#   same 32 words.
+# - First cut (call 1): 0.85 at best, with 16 programs per SM and 4096-value tiles.
+# - Call 2 fixed a GPU-only bug: Markstein's division turns an inf x into NaN, not 448. Selecting
+#   inf after the division cost 15 points (0.70).
+# - Offline SASS showed the cause: the branch to IEEE division for descales below 2^-90 called a
+#   slow-path subroutine, and the kernel needed 183 registers against the static cast's 55. Now x
+#   is clamped to +-RN(448 d) before the division. That changes no result (every |x / d| above
+#   432 gives 448), keeps inf and huge x finite, and replaces the clamp to +-448 after it. A tile
+#   whose descale is that small scales d and x by 2^64 instead (uniform branch, no call).
+# - Call 3: 72-128 registers, 0.90 with 8 programs per SM and 8192-value tiles, the default. One
+#   tile per program (the static cast's launch) gave 0.69-0.80.
+# - With 4 query heads per kv head it measured 0.80 until the group size became a compile-time
+#   constant (call 4 against call 5).
+#
+# The price is the lesson of notebook 02, section 4. The scale is one step late: a range that
+# jumps saturates for a step, and `max` over a long history holds a stale scale after a drop.
+# Current scaling pays in bandwidth instead.
+
+# %% [markdown]
 # ## (f) Why is vLLM's FP8 varlen path slower?
 
 # %%
@@ -704,7 +769,8 @@ else:
 #   sequences token-major x passes 85 % too, at 4 it is at the line), per-tensor scales still cost a
 #   second pass at 128 MiB (on chip where x fits, up to ~25 MiB). These are fractions of a copy
 #   timed in the same run (4.17 TB/s); against the issue's 4.3 TB/s per-head passes only for
-#   head-major x in 2-16 sequences, per-token and static everywhere.
+#   head-major x in 2-16 sequences, per-token and static everywhere. Delayed scaling (the descale
+#   from earlier calls, v25) needs one pass per head too: 0.89-0.90 of copy at every split.
 # - vLLM's slow FP8 path at head dim 256 is its build, not the varlen entry: fa3-fwd's varlen is fast.
 #
 # ## Exercises

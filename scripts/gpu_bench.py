@@ -36,7 +36,7 @@ import torch  # noqa: E402
 from fp8lab import bench  # noqa: E402
 from fp8lab.env import context  # noqa: E402
 from fp8lab.kernels import attention as A  # noqa: E402
-from fp8lab.kernels.quantize import quantize_fp8, quantize_fp8_static  # noqa: E402
+from fp8lab.kernels.quantize import quantize_fp8, quantize_fp8_delayed, quantize_fp8_static  # noqa: E402
 
 
 def rel_l2(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -283,6 +283,12 @@ def quant_shapes(run: Run, repeats: int = 3) -> None:
                   (b, "per-tensor two-pass", x, lambda x=x: quantize_fp8(x, "tensor", schedule="two-pass"), None),
                   (b, "per-token", x, lambda x=x: quantize_fp8(x, "token"), None),
                   (b, "static (vLLM Q)", x, lambda x=x: quantize_fp8_static(x, q_scale), None)]
+        # v25: delayed scaling, a descale per (sequence, head) known before x, and x's amax, in one pass
+        d_head = torch.rand(b, 32, device="cuda", generator=gen) * 0.01 + 0.005
+        cases += [(b, "per-head delayed", x, lambda x=x, d=d_head: quantize_fp8_delayed(x, d), None),
+                  (b, "per-head delayed, head-major x", xh, lambda xh=xh, d=d_head: quantize_fp8_delayed(xh, d), None),
+                  (b, "per-head GQA4 delayed", x,
+                   lambda x=x, d=d_head[:, :8].contiguous(): quantize_fp8_delayed(x, d, heads_kv=8), None)]
     n = 16384 * 32 * 128
     src = torch.randn(n, device="cuda", generator=gen).to(torch.bfloat16)
     dst = torch.empty_like(src)

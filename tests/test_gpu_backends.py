@@ -258,6 +258,49 @@ def test_q_scale_fallback_scales(provider):
     assert err <= allowed
 
 
+@pytest.mark.parametrize("provider", FP8_PROVIDERS)
+def test_batched_fp8_call_captures_in_a_cuda_graph(provider):
+    """As vLLM captures its decode steps: a batched FP8 call captured in a CUDA graph, replayed on
+    new values copied into its inputs and descales, gives the eager call's bits on those values;
+    a varlen call under capture is a clear ValueError (its lengths are read on the host)."""
+    backend, _ = _runnable(provider, "fp8", 128)
+    _deadline()
+    if DEVICE != "cuda":
+        pytest.skip("CUDA graphs need a CUDA GPU")
+    g = torch.Generator(device=DEVICE).manual_seed(6)
+
+    def inputs():
+        q, k, v = (torch.randn(2, 203, h, 128, generator=g, device=DEVICE).mul(3).to(torch.float8_e4m3fn)
+                   for h in (4 * HEADS_KV, HEADS_KV, HEADS_KV))
+        return [q, k, v, *(torch.rand(2, HEADS_KV, generator=g, device=DEVICE) * 0.1 + 0.01 for _ in range(3))]
+
+    live = inputs()
+
+    def call():
+        q, k, v, dq, dk, dv = live
+        return attention(q, k, v, causal=True, backend=backend, q_descale=dq, k_descale=dk, v_descale=dv)
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        call()  # compiles and allocates outside the capture
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = call()
+    for dst, src in zip(live, inputs()):
+        dst.copy_(src)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out, call())
+    q, k, v = (t.reshape(-1, *t.shape[2:]) for t in live[:3])
+    cu = torch.tensor([0, 203, 406], dtype=torch.int32, device=DEVICE)
+    with pytest.raises(ValueError, match="cannot be captured in a CUDA graph"):
+        with torch.cuda.graph(torch.cuda.CUDAGraph()):
+            attention(q, k, v, causal=True, backend=backend, cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=203,
+                      max_seqlen_k=203)
+
+
 def test_fp8_into_fa2_on_this_gpu_is_a_clear_error():
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU")

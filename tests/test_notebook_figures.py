@@ -37,6 +37,12 @@ def test_kv_cache(executed_notebooks):
     assert err["checkpoint (amax/448) | fa3_fp8"] <= err["dynamic (amax/200, /100) | fa3_fp8"]
 
 
+def test_scale_strategies(executed_notebooks):
+    f = figures(executed_notebooks, "02_scale_strategies")
+    same = f["delayed_kernel_same"]  # the one-pass kernel against the reference, every step through a jump
+    assert len(same["same_bits"]) == 2 and all(v == 1.0 for col in same.values() for v in col.values())
+
+
 def test_triton_kernel_lesson(executed_notebooks):
     f = figures(executed_notebooks, "08_triton_fp8_attention")
     assert f["p_fetched_from_other_threads"] == {"plain": 24, "permute_keys": 0}
@@ -69,6 +75,10 @@ def test_performance_record(executed_notebooks):
     of_4_3 = f["quant_shapes_of_4_3"]  # lowest repeat per split (1, 2, 4, 8, 16 sequences) against 4.3 TB/s
     assert min(of_4_3["per-token"]) > 0.85 > max(of_4_3["per-head onchip"])
     assert of_4_3["per-head onchip, head-major x"][2] > 0.85 > of_4_3["per-head onchip, head-major x"][0]
+    low = f["v25_quant_shapes_low"]  # lowest repeat per split (1, 2, 4, 8, 16 sequences) of this run's copy
+    assert min(low["per-head delayed"] + low["per-head GQA4 delayed"]) > 0.85 > low["per-head onchip"][0]
+    assert min(low["static (vLLM Q)"]) > max(low["per-head delayed"])
+    assert min(f["v25_quant_shapes_of_4_3_low"]["per-head delayed"]) > 0.85
     reverse = f["v23_reverse_gain"]  # pass 2 backwards over forwards, per size (32, 64, 128, 256 MiB)
     assert all(len(r) == 4 and min(r) > 1.0 for r in reverse.values())
     api = f["v24_api_gluon_over_api_fa3"]  # the Gluon kernel over fa3-fwd, both through fp8lab.attention

@@ -137,6 +137,8 @@ def attention(
     and with return_lse=True also lse, float32 (batch, heads_q, seqlen_q) batched or
     (heads_q, total_q) varlen. Raises TypeError/ValueError for bad inputs and
     `BackendError` (a ValueError) when no provider can run the call, before any kernel runs.
+    Batched calls can be captured in a CUDA graph (`torch.cuda.graph`); the descale values
+    are then not checked (that needs a sync), and varlen calls are refused (ValueError).
     """
     shape = check_attention_inputs(
         q, k, v, q_descale=q_descale, k_descale=k_descale, v_descale=v_descale,

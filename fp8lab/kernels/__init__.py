@@ -17,7 +17,7 @@ from fp8lab.kernels.attention import (
     v_layout_of,
 )
 from fp8lab.kernels.attention_ws import WsConfig, compile_ws_sm90, default_ws_config, fp8_attention_ws, key_ordered_vt
-from fp8lab.kernels.quantize import E4M3_MAX, quantize_fp8, quantize_fp8_static
+from fp8lab.kernels.quantize import E4M3_MAX, quantize_delayed, quantize_fp8, quantize_fp8_delayed, quantize_fp8_static
 
 __all__ = [
     "AttentionConfig",
@@ -31,7 +31,9 @@ __all__ = [
     "fp8_attention_ws",
     "key_ordered_vt",
     "pretranspose_v",
+    "quantize_delayed",
     "quantize_fp8",
+    "quantize_fp8_delayed",
     "quantize_fp8_static",
     "tune_attention",
     "v_layout_of",

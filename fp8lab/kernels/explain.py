@@ -1,10 +1,11 @@
-"""Helpers that explain the FP8 kernels (notebooks 07 and 08): each FP8 step in numbers, and
-the tuning record read back from results/h200.
+"""Helpers that explain the FP8 kernels (notebooks 02, 07 and 08): each FP8 step in numbers, the
+one-pass delayed-scaling kernel against the reference, and the tuning record read back from results/h200.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from pathlib import Path
 
 import pandas as pd
@@ -19,10 +20,13 @@ from fp8lab.layout import check_attention_inputs
 from fp8lab.kernels.attention import key_order
 from fp8lab.kernels.attention_ws import WsConfig
 from fp8lab.kernels.fp8_rounding import round_to_bf16, round_to_e4m3
+from fp8lab.kernels.quantize import quantize_delayed
 from fp8lab.reference.exact import dequantize
+from fp8lab.scaling import ScaleStrategy, quantize
 
-__all__ = ["cast_demo", "consumer_registers", "folded_scale_error", "kernel_ratios", "key_order_values",
-           "p_grid_fractions", "p_register_layout", "tuning_record", "v10_record", "v11_record",
+__all__ = ["cast_demo", "consumer_registers", "delayed_kernel_check", "folded_scale_error", "kernel_ratios",
+           "key_order_values", "p_grid_fractions", "p_register_layout", "quant_split_table", "tuning_record",
+           "v10_record", "v11_record",
            "v12_consumers_record", "v12_record", "v19_persistent_record", "v20_dynamic_record", "v21_causal_grids",
            "v22_quant_profile", "v23_after_compile", "v23_swing", "v_layout_costs", "ws_record"]
 
@@ -331,6 +335,34 @@ def v22_quant_profile(results_dir: str | Path) -> pd.DataFrame:
             col["try-waits per wait for a free buffer (loader)"] = empty["try_waits"] / parts
         table[shape] = col
     return pd.DataFrame(table).round(2)
+
+
+def quant_split_table(shapes: pd.DataFrame, copy_tbps: float | None = None) -> pd.DataFrame:
+    """One `quant_shapes` record (`bench.records_frame(..., "quant_shapes")`, one version): per
+    kernel (rows, in the record's order) and batch split of the same 128 MiB (columns), the lowest
+    and highest fraction of copy over the repeats; of the copy timed in the same run, or of
+    `copy_tbps` (e.g. the issue's 4.3 TB/s)."""
+    frac = shapes["frac_copy_graph"]
+    if copy_tbps is not None:
+        frac = frac * shapes["copy_tbps_graph"] / copy_tbps
+    table = shapes.assign(frac=frac).groupby(["kernel", "batch"], sort=False)["frac"].agg(["min", "max"]).round(3)
+    return table.unstack("batch").swaplevel(axis=1).sort_index(axis=1, level=0, sort_remaining=False)
+
+
+def delayed_kernel_check(series: list[torch.Tensor], strategies: dict[str, Callable[[], ScaleStrategy]],
+                         device: str | torch.device = "cpu") -> pd.DataFrame:
+    """Run each series of tensors through `fp8lab.scaling.quantize` and through the one-pass kernel
+    `quantize_delayed`, each with a fresh strategy from its factory (`DelayedAmax` sources).
+    One row per (strategy, step): whether the descales and the e4m3 bits are the same."""
+    rows = []
+    for name, make in strategies.items():
+        reference, kernel = make(), make()
+        for step, x in enumerate(series):
+            y_ref, d_ref = quantize(x, reference)
+            y, d = quantize_delayed(x.to(device), kernel)
+            rows.append(dict(strategy=name, step=step, same_descale=bool(torch.equal(d.cpu(), d_ref)),
+                             same_bits=bool(torch.equal(y.view(torch.uint8).cpu(), y_ref.view(torch.uint8)))))
+    return pd.DataFrame(rows)
 
 
 def v_layout_costs(results_dir: str | Path, version: str = "v2") -> pd.DataFrame:

@@ -21,6 +21,11 @@ only question is how many times the data crosses HBM.
   (`fp8lab.kernels.quantize_onchip`, Gluon, Hopper): every SM holds parts of the
   slices in shared memory until their amax is known; one read, one write (v13).
 
+- Delayed scaling (TransformerEngine's, `quantize_fp8_delayed` / `quantize_delayed`): the
+  descale comes from earlier calls' amaxes, so nothing waits for this x: one pass casts it and
+  records its per-(sequence, kv head) amax for the next call (0.90 of copy per head at 128 MiB
+  on the H200, v25; docs/kernel-notes.md).
+
 Conventions (FA3's): ``descale = amax / 448`` (float32), ``x ~= x_fp8 * descale``,
 per-head and per-tensor descales are ``(batch, heads_kv)``; the per-tensor one is
 a stride-0 expand of one value. A zero amax gives descale 1 (nothing to scale).
@@ -54,10 +59,11 @@ import triton
 import triton.language as tl
 
 from fp8lab.env import triton_interpret
+from fp8lab.scaling import DelayedAmax, PerHead, PerTensor, ScaleStrategy
 from fp8lab.kernels.fp8_rounding import TINY_DESCALE, round_to_e4m3
 from fp8lab.kernels.quantize_onchip import OnchipPlan, onchip_plan, quantize_onchip
 
-__all__ = ["E4M3_MAX", "quantize_fp8", "quantize_fp8_static"]
+__all__ = ["E4M3_MAX", "quantize_delayed", "quantize_fp8", "quantize_fp8_delayed", "quantize_fp8_static"]
 
 E4M3_MAX = 448.0  # largest finite e4m3fn value: 1.75 * 2^8
 Granularity = Literal["tensor", "head", "token"]
@@ -67,7 +73,12 @@ Schedule = Literal["auto", "onchip", "fused", "two-pass"]
 @triton.jit
 def _to_e4m3(y, ROUND_IN_FP32: tl.constexpr):
     # saturate (a plain cast may give NaN past 448); NaN stays NaN, as in fp8lab.formats
-    y = tl.clamp(y, -448.0, 448.0, propagate_nan=tl.PropagateNan.ALL)
+    return _cast_e4m3(tl.clamp(y, -448.0, 448.0, propagate_nan=tl.PropagateNan.ALL), ROUND_IN_FP32)
+
+
+@triton.jit
+def _cast_e4m3(y, ROUND_IN_FP32: tl.constexpr):
+    """y, NaN or within 448 by float32 rounding (448.00003 is 448), to e4m3fn, nearest even."""
     if ROUND_IN_FP32:  # the interpreter's own cast is wrong on carries, and turns NaN into +-384
         nan = tl.full(y.shape, 0x7F, tl.uint8).to(tl.float8e4nv, bitcast=True)  # e4m3fn's NaN, as the GPU gives
         return tl.where(y != y, nan, round_to_e4m3(y).to(tl.float8e4nv))
@@ -306,6 +317,65 @@ def _fused_kernel(X, Y, DESCALE, TABLE, CU, slices, lag, nblocks, n_kv, seqlen, 
     else:
         a = tl.max(tl.max(_tile_max_abs(x), 1), 0)
         tl.store(TABLE + s * nblocks + i, (1 << 32) | a.to(tl.int32, bitcast=True).to(tl.int64))
+
+
+@triton.jit
+def _max_keep_nan(a, b):
+    return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
+
+
+@triton.jit
+def _delayed_kernel(X, Y, DESCALE, AMAX, CU, seqlen, ntiles, nitems, per_program,
+                    stride_b, stride_s, stride_h, stride_yb, stride_ys, stride_yh, stride_db, stride_dh,
+                    stride_ab, stride_ah, GROUP: tl.constexpr, BLOCK_T: tl.constexpr, H_PAD: tl.constexpr, H: tl.constexpr,
+                    D_PAD: tl.constexpr, D: tl.constexpr, VARLEN: tl.constexpr, ROUND_IN_FP32: tl.constexpr):
+    """Delayed scaling in one pass: y = e4m3(x / DESCALE) with a given descale, and x's amax.
+
+    A program casts `per_program` consecutive tiles (item = b * ntiles + token block), keeps a
+    running amax per head in registers and max-es it into AMAX[b, h // GROUP] once per sequence
+    it touched (an atomic per tile would queue thousands on the same few words). The amax keeps
+    NaN (max.NaN), so a slice holding one reports NaN. AMAX holds float32 bits as int32: for |x|
+    and NaN (sign bit clear) the integer order is the float order, NaN above inf (Triton's float
+    atomic_max drops NaN). GROUP (query heads per kv head) is a constexpr: as a runtime integer,
+    4 query heads per kv head ran at 0.80 of copy instead of 0.89 (v25).
+
+    The division, correctly rounded for any finite descale d > 0: x is clamped to +-RN(448 d)
+    first, which changes no result (every |x / d| above 432 gives 448) and keeps Markstein's
+    x * RN(1/d) + correction (`_divide`) finite for an inf or huge x, and makes the clamp to
+    +-448 after it unneeded. A tile with a d below TINY_DESCALE (a uniform branch) scales those
+    heads' d and x by 2^64 first (exact; an x that overflows saturates either way).
+    """
+    first = tl.program_id(0) * per_program
+    last = tl.minimum(first + per_program, nitems)
+    offs_h = tl.arange(0, H_PAD)
+    h_mask = offs_h < H
+    a_offs = (offs_h // GROUP) * stride_ah
+    d_offs = (offs_h // GROUP) * stride_dh
+    acc = tl.zeros((H_PAD,), tl.float32)
+    acc_b = first // ntiles
+    for item in range(first, last):
+        b = item // ntiles
+        if b != acc_b:  # a new sequence: publish the last one's amax
+            tl.atomic_max(AMAX + acc_b * stride_ab + a_offs, acc.to(tl.int32, bitcast=True), mask=h_mask)
+            acc = tl.zeros((H_PAD,), tl.float32)
+            acc_b = b
+        t = item - b * ntiles
+        offs, mask = _tile(t, b, CU, seqlen, stride_b, stride_s, stride_h, BLOCK_T, H_PAD, H, D_PAD, D, VARLEN)
+        y_offs, _ = _tile(t, b, CU, seqlen, stride_yb, stride_ys, stride_yh, BLOCK_T, H_PAD, H, D_PAD, D, VARLEN)
+        x = tl.load(X + offs, mask=mask, other=0.0).to(tl.float32)
+        acc = _max_keep_nan(acc, tl.reduce(tl.reduce(tl.abs(x), 2, _max_keep_nan), 0, _max_keep_nan))
+        d = tl.load(DESCALE + b * stride_db + d_offs, mask=h_mask, other=1.0)
+        if tl.min(d, 0) < TINY_DESCALE:
+            k = tl.where(d < TINY_DESCALE, 18446744073709551616.0, 1.0)  # 2^64
+            d = d * k
+            x = x * k[None, :, None]
+        r = tl.math.div_rn(tl.full(d.shape, 1.0, tl.float32), d)
+        bound = (d * 448.0)[None, :, None]
+        x = tl.clamp(x, -bound, bound, propagate_nan=tl.PropagateNan.ALL)
+        y = _divide(x, d[None, :, None], r[None, :, None], False, ROUND_IN_FP32)
+        tl.store(Y + y_offs, _cast_e4m3(y, ROUND_IN_FP32), mask=mask)
+    if first < last:
+        tl.atomic_max(AMAX + acc_b * stride_ab + a_offs, acc.to(tl.int32, bitcast=True), mask=h_mask)
 
 
 def _layout(x: torch.Tensor, cu_seqlens: torch.Tensor | None):
@@ -559,3 +629,100 @@ def quantize_fp8_static(
         _scale_cast_kernel[grid](x, y, descale, descale, cu, heads // hk, seqlen, *strides, *y_strides, 0, 0,
                                  **sizes, VARLEN=cu_seqlens is not None, STATIC=True, ROUND_IN_FP32=round_p)
     return y, descale
+
+
+# quantize_fp8_delayed: programs per SM (each loops over consecutive tiles; 0: one tile per program), values
+# per tile, warps (v25, run21 call 3: 0.90 of copy at 128 MiB; 16 x 2048 values x 2 warps 0.89, 16 x 4096 x 4
+# 0.86, one tile per program 0.69-0.80), and programs on the CPU (the interpreter: few, so that a program's
+# tiles cross sequences, which the tests need)
+DELAYED_PROGRAMS_PER_SM = 8
+DELAYED_TILE_ELEMENTS = 8192
+DELAYED_WARPS = 4
+DELAYED_CPU_PROGRAMS = 2
+
+
+def quantize_fp8_delayed(
+    x: torch.Tensor,
+    descale: torch.Tensor,
+    *,
+    cu_seqlens: torch.Tensor | None = None,
+    heads_kv: int | None = None,
+    round_in_fp32: bool | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Delayed scaling (TransformerEngine's) in one pass: cast with a descale known before x, and
+    return x's amax for the next call's descale.
+
+    x: bf16/fp16/fp32 (batch, seqlen, heads, d), or varlen (total, heads, d) with int32
+    `cu_seqlens`. descale: float32 (batch, heads_kv), any strides (a stride-0 expand of one
+    value is per tensor), e.g. `DelayedAmax.descale` expanded. Returns (x_fp8, amax):
+    x_fp8 = e4m3(clamp(x / descale, +-448)), the division correctly rounded as in
+    `fp8lab.scaling.quantize_with_descale` (values past the descale's range saturate), head-major
+    where x is; amax float32 (batch, heads_kv), the max |x| of each (sequence, kv head), NaN
+    where that slice holds a NaN (`amax.amax()` is the per-tensor one).
+
+    One read of x and one write, as a static scale: a dynamic (current) per-head or per-tensor
+    scale needs every value of a slice before the first cast (`quantize_fp8`). A GPU descale's
+    values are not read back (a device sync per call); on the CPU they must be finite and > 0.
+
+    `quantize_delayed(x, strategy)` runs it as `fp8lab.scaling.quantize` runs a `DelayedAmax`.
+    """
+    batch, seqlen, heads, d, strides = _layout(x, cu_seqlens)
+    hk = _heads_kv(heads, heads_kv)
+    if not isinstance(descale, torch.Tensor):
+        raise TypeError(f"descale: expected a float32 tensor of shape ({batch}, {hk}), got {type(descale).__name__}")
+    if descale.dtype != torch.float32 or tuple(descale.shape) != (batch, hk) or descale.device != x.device:
+        raise ValueError(f"descale: expected float32 ({batch}, {hk}) on {x.device}, got "
+                         f"{str(descale.dtype).replace('torch.', '')} {tuple(descale.shape)} on {descale.device}")
+    if descale.device.type == "cpu" and descale.numel() and not bool((descale.isfinite() & (descale > 0)).all()):
+        raise ValueError(f"descale: expected finite values > 0, got {descale.flatten()[:8].tolist()}")
+    round_p = triton_interpret() if round_in_fp32 is None else bool(round_in_fp32)
+    y = _empty_fp8(x, cu_seqlens)
+    y_strides = (0,) + y.stride()[:2] if cu_seqlens is not None else y.stride()[:3]
+    amax = torch.zeros((batch, hk), dtype=torch.float32, device=x.device)
+    if not x.numel():
+        return y, amax
+    sizes, (ntiles, _) = _launch_sizes(x, heads, d, seqlen, batch, DELAYED_TILE_ELEMENTS)
+    items = batch * ntiles
+    programs = (torch.cuda.get_device_properties(x.device).multi_processor_count * DELAYED_PROGRAMS_PER_SM
+                if x.device.type == "cuda" else DELAYED_CPU_PROGRAMS) or items
+    per_program = triton.cdiv(items, min(items, programs))
+    cu = cu_seqlens if cu_seqlens is not None else x  # an unused placeholder when batched
+    _delayed_kernel[(triton.cdiv(items, per_program),)](
+        x, y, descale, amax.view(torch.int32), cu, seqlen, ntiles, items, per_program,
+        *strides, *y_strides, *descale.stride(), *amax.stride(), GROUP=heads // hk,
+        **sizes, VARLEN=cu_seqlens is not None, ROUND_IN_FP32=round_p, num_warps=DELAYED_WARPS)
+    return y, amax
+
+
+def quantize_delayed(x: torch.Tensor, strategy: ScaleStrategy) -> tuple[torch.Tensor, torch.Tensor]:
+    """`fp8lab.scaling.quantize(x, strategy)` for a `DelayedAmax` source, in one kernel pass.
+
+    x: (batch, seqlen, heads, d), or (tokens, heads, d) as one sequence, on the GPU (or the CPU
+    under TRITON_INTERPRET=1). strategy: `PerTensor()` or `PerHead(heads_kv)` granularity,
+    `DelayedAmax` source, e4m3fn with saturation. Returns (x_fp8, descale) as the reference does,
+    descale in the compact shape ((1, heads_kv) or ()), and records x's amax in
+    `strategy.source` the same way: the same bits and descales, call after call (tests). A NaN
+    or inf in x raises ValueError and leaves the history as it was, as the reference does
+    (checked on the kernel's amax: one small read-back per call, which `record` needs anyway).
+    """
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"x: expected a torch.Tensor, got {type(x).__name__}")
+    if not isinstance(strategy, ScaleStrategy) or not isinstance(strategy.source, DelayedAmax):
+        raise ValueError(f"strategy: expected a ScaleStrategy with a DelayedAmax source, got {strategy!r}")
+    g = strategy.granularity
+    if not isinstance(g, (PerTensor, PerHead)) or strategy.format.name != "e4m3fn" or not strategy.saturate:
+        raise ValueError(f"strategy: the kernel casts to saturating e4m3fn per tensor or per head, got "
+                         f"{type(g).__name__}, {strategy.format.name}, saturate={strategy.saturate}")
+    x4 = x[None] if x.dim() == 3 else x
+    if x4.dim() != 4:
+        raise ValueError(f"x: expected (batch, seqlen, heads, head_dim) or (tokens, heads, head_dim), got {tuple(x.shape)}")
+    b, _, h, _ = x4.shape
+    hk = 1 if isinstance(g, PerTensor) else (g.heads_kv or h)
+    compact = g.compact_shape((1, x4.shape[0] * x4.shape[1], h, x4.shape[3]))
+    descale = strategy.source.current_descale(compact, x.device)
+    y, amax = quantize_fp8_delayed(x4, descale.reshape(1, -1).expand(b, hk).float(), heads_kv=hk)
+    folded = amax.amax() if isinstance(g, PerTensor) else amax.amax(0, keepdim=True)
+    if not bool(torch.isfinite(folded).all()):
+        raise ValueError(f"x: cannot compute a scale from a tensor with NaN or inf values (amax {folded.tolist()})")
+    strategy.source.record(folded.double(), strategy.max, eps=strategy.eps, power_of_two=strategy.power_of_two)
+    return y.reshape(x.shape), descale

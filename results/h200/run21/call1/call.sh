@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+set -u
+mkdir -p $OUT/c
+python3 -m pip install -q --no-index --no-deps --target /tmp/site .gpu/*.whl > /dev/null 2>&1
+export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 MPLBACKEND=Agg
+xz -dc .gpu/_vllm_fa3_C.abi3.so.xz > /tmp/_vllm_fa3_C.abi3.so && export FP8LAB_VLLM_FA3_LIB=/tmp/_vllm_fa3_C.abi3.so
+cp scripts/_call.sh $OUT/c/call.sh
+(nvidia-smi; python3 -c "import torch,triton;print(torch.__version__,triton.__version__)") > $OUT/c/gpu.txt 2>&1
+t0=$SECONDS
+timeout 150 python3 -m pytest -q tests/test_kernels_quantize_delayed.py -p no:cacheprovider > $OUT/c/tests.log 2>&1; echo "tests rc=$? $((SECONDS-t0))s"; tail -2 $OUT/c/tests.log
+timeout 100 python3 scripts/probe_api_graph.py $OUT/c/api_graph.json > $OUT/c/api_graph.log 2>&1; echo "graph rc=$? $((SECONDS-t0))s"; cat $OUT/c/api_graph.log | tail -12
+timeout 270 python3 scripts/probe_quant_delayed.py $OUT/c/delayed.json > $OUT/c/delayed.log 2>&1; echo "delayed rc=$? $((SECONDS-t0))s"; grep -v "^[0-9] " $OUT/c/delayed.log | tail -12
+cd $OUT && tar czf c.tgz c && rm -rf c
