@@ -622,7 +622,7 @@ rev_table.round(3)
 
 # %%
 v25 = all_shapes[all_shapes["version"] == "v25"]
-plots.plot_quant_shapes(v25)
+plots.plot_quant_shapes(v25, title="A scale from earlier calls needs no split: delayed scaling at 0.9 everywhere")
 plt.show()
 v25_span = explain.quant_split_table(v25)
 v25_issue = explain.quant_split_table(v25, copy_tbps=4.3)
@@ -646,6 +646,26 @@ v25_span
 v25_issue
 
 # %% [markdown]
+# At other sizes (`results/h200/bench_v25_quant_sizes.*`, `run21/call8`; one sequence, 3 rounds, bits
+# against torch at every size), per tensor too, with one descale for all heads (a stride-0 expand):
+
+# %%
+sizes = pd.DataFrame(bench.load_results(rdir / "bench_v25_quant_sizes.json")["rows"]).dropna(subset=["kernel"])
+sizes["mib"] = sizes["mib"].astype(int)
+plots.plot_quant_sizes(sizes)
+plt.show()
+size_table = sizes.pivot_table(index="kernel", columns="mib", values="frac_copy_graph", aggfunc="min", sort=False)
+record("v25_quant_sizes_low", {k: {int(m): round(float(v), 3) for m, v in row.items()} for k, row in size_table.iterrows()})
+size_table.round(3)
+
+# %% [markdown]
+# From 128 MiB, the benchmark's size, delayed scaling keeps 85 % per head and per tensor; at 64 MiB
+# it is near it, and at 32 MiB and below it falls behind the static cast. There each program has only
+# 2-4 tiles, and at 128 registers 4 programs fit per SM (a launch tuned for small tensors was not
+# tried). Below 16 MiB every kernel is launch-bound, and the 16 MiB copy is partly served by L2
+# (5.8 TB/s), which lowers every fraction there.
+
+# %% [markdown]
 # How it got there (`scripts/probe_quant_delayed.py`, `run21/`, CUDA-graph replays, 3 rounds):
 # - Programs loop over consecutive tiles and keep each head's running amax in registers, with one
 #   atomic max per sequence at the end. An atomic per tile would put thousands of updates on the
@@ -661,7 +681,8 @@ v25_issue
 # - Call 3: 72-128 registers, 0.90 with 8 programs per SM and 8192-value tiles, the default. One
 #   tile per program (the static cast's launch) gave 0.69-0.80.
 # - With 4 query heads per kv head it measured 0.80 until the group size became a compile-time
-#   constant (call 4 against call 5).
+#   constant (call 4 against call 5). Per tensor, a stride-0 descale, it measured 0.80 until a
+#   compile-time switch loaded one descale per sequence (call 7 against call 8).
 #
 # The price is the lesson of notebook 02, section 4. The scale is one step late: a range that
 # jumps saturates for a step, and `max` over a long history holds a stale scale after a drop.

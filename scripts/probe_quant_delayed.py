@@ -1,6 +1,7 @@
 """`quantize_fp8_delayed` on the H200: its bits, and its knobs against a copy and the static cast.
 
     PYTHONPATH=. python3 scripts/probe_quant_delayed.py OUT.json
+    PYTHONPATH=. python3 scripts/probe_quant_delayed.py --sizes OUT.json   # 4-256 MiB (`sizes`)
 
 b.s = 16k tokens x 32 heads x 128 bf16 (128 MiB) as 1 x 16384 and 8 x 2048. Bits and amax against
 torch on the GPU (IEEE division, clamp, RNE cast) at three splits, per head, GQA4 and varlen. Then
@@ -78,5 +79,42 @@ def main(out: str) -> None:
     bench.write_results(out, rows, env.context(dtype="bfloat16"))
 
 
+def sizes(out: str) -> None:
+    """Delayed scaling per head and per tensor (a stride-0 descale) against a copy, the static cast,
+    per-token and current per-head scaling (`quantize_fp8`'s default schedule), at 4-256 MiB
+    (1 x tokens x 32 x 128 bf16), CUDA-graph replays, 3 interleaved rounds; bits against torch."""
+    gen = torch.Generator(device="cuda").manual_seed(12)
+    rows = []
+    q_scale = torch.tensor([0.05], device="cuda")
+    for rep in range(3):
+        for tokens in (512, 2048, 4096, 8192, 16384, 32768):
+            x = torch.randn(1, tokens, 32, 128, device="cuda", generator=gen, dtype=torch.bfloat16)
+            n = x.numel()
+            dst = torch.empty_like(x)
+            copy_bw = bench.tbps(4 * n, bench.median_ms_graph(lambda: dst.copy_(x)))
+            d_head = torch.rand(1, 32, device="cuda", generator=gen) * 0.01 + 0.005
+            d_tensor = torch.tensor([[0.01]], device="cuda").expand(1, 32)
+            if rep == 0:
+                for name, d in (("head", d_head), ("tensor", d_tensor)):
+                    y, amax = Q.quantize_fp8_delayed(x, d)
+                    yr, ar = torch_reference(x, d, 32)
+                    rows.append(dict(check="bits", tokens=tokens, descale=name,
+                                     same_bits=bool(torch.equal(y.view(torch.uint8), yr.view(torch.uint8))),
+                                     same_amax=bool(torch.equal(amax, ar))))
+            cases = {"static (vLLM Q)": lambda: Q.quantize_fp8_static(x, q_scale),
+                     "per-token": lambda: Q.quantize_fp8(x, "token"),
+                     "per-head current (auto)": lambda: Q.quantize_fp8(x, "head"),
+                     "per-tensor current (auto)": lambda: Q.quantize_fp8(x, "tensor"),
+                     "per-head delayed": lambda: Q.quantize_fp8_delayed(x, d_head),
+                     "per-tensor delayed": lambda: Q.quantize_fp8_delayed(x, d_tensor)}
+            for name, fn in cases.items():
+                ms = bench.median_ms_graph(fn)
+                rows.append(dict(rep=rep, tokens=tokens, mib=2 * n >> 20, kernel=name, ms_graph=ms,
+                                 copy_tbps_graph=copy_bw, frac_copy_graph=bench.tbps(3 * n, ms) / copy_bw))
+                print(f"{rep} {2 * n >> 20:4d} MiB {name:<26} {ms * 1e3:8.1f} us {rows[-1]['frac_copy_graph']:.3f}",
+                      flush=True)
+    bench.write_results(out, rows, env.context(dtype="bfloat16"))
+
+
 if __name__ == "__main__":
-    main(sys.argv[1])
+    sizes(sys.argv[2]) if sys.argv[1] == "--sizes" else main(sys.argv[1])

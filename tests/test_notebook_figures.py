@@ -79,6 +79,9 @@ def test_performance_record(executed_notebooks):
     assert min(low["per-head delayed"] + low["per-head GQA4 delayed"]) > 0.85 > low["per-head onchip"][0]
     assert min(low["static (vLLM Q)"]) > max(low["per-head delayed"])
     assert min(f["v25_quant_shapes_of_4_3_low"]["per-head delayed"]) > 0.85
+    sizes = f["v25_quant_sizes_low"]  # lowest round per MiB: delayed keeps 85 % from 128 MiB, per tensor too
+    assert min(sizes["per-tensor delayed"]["128"], sizes["per-head delayed"]["256"]) > 0.85
+    assert sizes["per-tensor delayed"]["128"] > sizes["per-tensor current (auto)"]["128"] + 0.2
     reverse = f["v23_reverse_gain"]  # pass 2 backwards over forwards, per size (32, 64, 128, 256 MiB)
     assert all(len(r) == 4 and min(r) > 1.0 for r in reverse.values())
     api = f["v24_api_gluon_over_api_fa3"]  # the Gluon kernel over fa3-fwd, both through fp8lab.attention

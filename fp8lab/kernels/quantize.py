@@ -327,7 +327,7 @@ def _max_keep_nan(a, b):
 @triton.jit
 def _delayed_kernel(X, Y, DESCALE, AMAX, CU, seqlen, ntiles, nitems, per_program,
                     stride_b, stride_s, stride_h, stride_yb, stride_ys, stride_yh, stride_db, stride_dh,
-                    stride_ab, stride_ah, GROUP: tl.constexpr, BLOCK_T: tl.constexpr, H_PAD: tl.constexpr, H: tl.constexpr,
+                    stride_ab, stride_ah, GROUP: tl.constexpr, D_SCALAR: tl.constexpr, BLOCK_T: tl.constexpr, H_PAD: tl.constexpr, H: tl.constexpr,
                     D_PAD: tl.constexpr, D: tl.constexpr, VARLEN: tl.constexpr, ROUND_IN_FP32: tl.constexpr):
     """Delayed scaling in one pass: y = e4m3(x / DESCALE) with a given descale, and x's amax.
 
@@ -337,7 +337,8 @@ def _delayed_kernel(X, Y, DESCALE, AMAX, CU, seqlen, ntiles, nitems, per_program
     NaN (max.NaN), so a slice holding one reports NaN. AMAX holds float32 bits as int32: for |x|
     and NaN (sign bit clear) the integer order is the float order, NaN above inf (Triton's float
     atomic_max drops NaN). GROUP (query heads per kv head) is a constexpr: as a runtime integer,
-    4 query heads per kv head ran at 0.80 of copy instead of 0.89 (v25).
+    4 query heads per kv head ran at 0.80 of copy instead of 0.89; D_SCALAR (a descale whose
+    kv-head stride is 0, as per tensor) loads one value per sequence (v25).
 
     The division, correctly rounded for any finite descale d > 0: x is clamped to +-RN(448 d)
     first, which changes no result (every |x / d| above 432 gives 448) and keeps Markstein's
@@ -364,7 +365,10 @@ def _delayed_kernel(X, Y, DESCALE, AMAX, CU, seqlen, ntiles, nitems, per_program
         y_offs, _ = _tile(t, b, CU, seqlen, stride_yb, stride_ys, stride_yh, BLOCK_T, H_PAD, H, D_PAD, D, VARLEN)
         x = tl.load(X + offs, mask=mask, other=0.0).to(tl.float32)
         acc = _max_keep_nan(acc, tl.reduce(tl.reduce(tl.abs(x), 2, _max_keep_nan), 0, _max_keep_nan))
-        d = tl.load(DESCALE + b * stride_db + d_offs, mask=h_mask, other=1.0)
+        if D_SCALAR:
+            d = tl.full((H_PAD,), tl.load(DESCALE + b * stride_db), tl.float32)
+        else:
+            d = tl.load(DESCALE + b * stride_db + d_offs, mask=h_mask, other=1.0)
         if tl.min(d, 0) < TINY_DESCALE:
             k = tl.where(d < TINY_DESCALE, 18446744073709551616.0, 1.0)  # 2^64
             d = d * k
@@ -690,7 +694,8 @@ def quantize_fp8_delayed(
     _delayed_kernel[(triton.cdiv(items, per_program),)](
         x, y, descale, amax.view(torch.int32), cu, seqlen, ntiles, items, per_program,
         *strides, *y_strides, *descale.stride(), *amax.stride(), GROUP=heads // hk,
-        **sizes, VARLEN=cu_seqlens is not None, ROUND_IN_FP32=round_p, num_warps=DELAYED_WARPS)
+        D_SCALAR=descale.stride(1) == 0, **sizes, VARLEN=cu_seqlens is not None, ROUND_IN_FP32=round_p,
+        num_warps=DELAYED_WARPS)
     return y, amax
 
 

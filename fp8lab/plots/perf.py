@@ -17,6 +17,7 @@ __all__ = [
     "plot_providers",
     "plot_quant_bandwidth",
     "plot_quant_shapes",
+    "plot_quant_sizes",
     "plot_ratio",
     "plot_roofline",
     "plot_versions",
@@ -86,16 +87,36 @@ def plot_quant_bandwidth(df: pd.DataFrame, ax: plt.Axes | None = None) -> plt.Ax
     return ax
 
 
+def plot_quant_sizes(df: pd.DataFrame, target: float = 0.85, ax: plt.Axes | None = None) -> plt.Axes:
+    """Lines: each quantization kernel's `frac_copy_graph` against the size of x (columns kernel,
+    mib, frac_copy_graph; repeats as the band), with the target line."""
+    ax = ax or plt.subplots(figsize=(8, 4))[1]
+    sns.lineplot(data=df, x="mib", y="frac_copy_graph", hue="kernel", style="kernel", markers=True, dashes=False,
+                 errorbar=("pi", 100), ax=ax)
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(sorted(df["mib"].unique()), [str(m) for m in sorted(df["mib"].unique())])
+    ax.axhline(target, ls="--", color="k", lw=1)
+    ax.text(0.01, target + 0.01, f"{target:.0%} of the copy timed at each size", fontsize=8,
+            transform=ax.get_yaxis_transform())
+    ax.set_xlabel("MiB of bf16 x (1 x tokens x 32 heads x 128)")
+    ax.set_ylabel("useful bandwidth / this run's copy")
+    ax.set_title("A scale known before x needs one pass: delayed scaling keeps up from 128 MiB")
+    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
+    return ax
+
+
 def plot_quant_shapes(df: pd.DataFrame, target: float = 0.85, issue_copy_tbps: float | None = 4.3,
-                      ax: plt.Axes | None = None) -> plt.Axes:
+                      ax: plt.Axes | None = None,
+                      title: str = "Per head, the same bytes quantize faster split into shorter sequences") -> plt.Axes:
     """Points: each kernel's `frac_copy_graph` per batch shape of the same tokens (columns batch,
     size, kernel, frac_copy_graph, copy_tbps_graph; repeats as the min-max bar), against the target
     line, as a fraction of the copy timed in the same run and, dotted, of `issue_copy_tbps`."""
     ax = ax or plt.subplots(figsize=(9, 4))[1]
     df = df.assign(split=df["size"].str.split(" ").str[0].str.rsplit("x", n=2).str[0])  # "4x4096x32x128 (..)" -> "4x4096"
     order = df.sort_values("batch")["split"].unique()
+    kernels = df["kernel"].nunique()
     sns.pointplot(data=df, x="split", y="frac_copy_graph", hue="kernel", order=order, errorbar=("pi", 100),
-                  markers="o", linestyles="-", dodge=0.3, palette="tab10", ax=ax)
+                  markers="o", linestyles="-", dodge=0.3, palette="tab10" if kernels <= 10 else "tab20", ax=ax)
     copy = df["copy_tbps_graph"].median()
     ax.axhline(target, ls="--", color="k", lw=1)
     ax.text(0.01, target + 0.01, f"{target:.0%} of this run's copy ({copy:.2f} TB/s)", fontsize=8,
@@ -107,7 +128,7 @@ def plot_quant_shapes(df: pd.DataFrame, target: float = 0.85, issue_copy_tbps: f
                 transform=ax.get_yaxis_transform())
     ax.set_xlabel("batch x tokens (x 32 heads x 128: the same 128 MiB of bf16)")
     ax.set_ylabel("useful bandwidth / this run's copy")
-    ax.set_title("Per head, the same bytes quantize faster split into shorter sequences")
+    ax.set_title(title)
     ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
     return ax
 
