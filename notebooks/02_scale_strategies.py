@@ -260,9 +260,9 @@ summary
 # cast, so a kernel reads x twice, or holds it on chip. A delayed one casts as it reads
 # and records the amax for the next step on the way: one pass.
 # `fp8lab.kernels.quantize_delayed(x, strategy)` is that kernel (Triton; here in its CPU
-# interpreter). On an H200 it runs at 0.90 of a copy's bandwidth per head at every split of
-# 128 MiB, where current per-head scaling reaches 0.78-0.90 (notebook 07, section e). It gives
-# the reference's bits and descales, step after step, through the jump above:
+# interpreter). On an H200 it runs at 0.89-0.90 of a copy's bandwidth at 128 MiB, per head or
+# per tensor, where current scaling reaches 0.78-0.90 per head and 0.60 per tensor (notebook 07,
+# section e). It gives the reference's bits and descales, step after step, through the jump above:
 
 # %%
 import os  # noqa: E402

@@ -5,6 +5,8 @@ Both run on Hopper GPUs and, exactly, on the CPU under ``TRITON_INTERPRET=1``.
 V pre-transposed, fastest with `key_ordered_vt(v)`); `compile_ws_sm90` shows its sm_90 code
 without a GPU. `quantize_fp8` per kv head and per tensor runs `quantize_onchip` (Gluon) on Hopper
 for inputs of 4 MiB or more where it can: each slice held in the SMs' shared memory, x read once.
+`quantize_fp8_delayed` / `quantize_delayed` are delayed scaling (the descale from earlier calls) in
+one pass, which needs no slice on chip.
 """
 
 from fp8lab.kernels.attention import (
