@@ -486,16 +486,15 @@ all_shapes = bench.records_frame(rdir, "quant_shapes")  # v18 here; v25's run, b
 shapes = all_shapes[all_shapes["version"] == "v18"]
 plots.plot_quant_shapes(shapes)
 plt.show()
-span = shapes.groupby(["kernel", "batch"], sort=False)["frac_copy_graph"].agg(["min", "max"]).round(3)
-record("quant_shapes_per_head_onchip", {f"{b}x{16384 // b}": [span.loc[("per-head onchip", b), "min"],
-                                                              span.loc[("per-head onchip", b), "max"]]
+span = explain.quant_split_table(shapes)
+record("quant_shapes_per_head_onchip", {f"{b}x{16384 // b}": [span.loc["per-head onchip", (b, "min")],
+                                                              span.loc["per-head onchip", (b, "max")]]
                                         for b in sorted(shapes["batch"].unique())})
-shapes["of 4.3 TB/s"] = shapes["frac_copy_graph"] * shapes["copy_tbps_graph"] / 4.3
-issue = shapes.groupby(["kernel", "batch"], sort=False)["of 4.3 TB/s"].agg(["min", "max"]).round(3)
-record("quant_shapes_of_4_3", {k: [issue.loc[(k, b), "min"] for b in (1, 2, 4, 8, 16)]
+issue = explain.quant_split_table(shapes, copy_tbps=4.3)
+record("quant_shapes_of_4_3", {k: [issue.loc[k, (b, "min")] for b in (1, 2, 4, 8, 16)]
                                for k in ("per-head onchip", "per-head onchip, head-major x", "per-token")})
 print(f"this run's copy: {shapes['copy_tbps_graph'].min():.3f}-{shapes['copy_tbps_graph'].max():.3f} TB/s")
-span.unstack("batch")
+span
 
 # %% [markdown]
 # Every fraction here is of a copy of the same 128 MiB timed in the same run: 4.17 TB/s, reads plus
@@ -505,7 +504,7 @@ span.unstack("batch")
 # The same timings against 4.3:
 
 # %%
-issue.unstack("batch")
+issue
 
 # %% [markdown]
 # Against this run's copy, token-major x reaches 85 % from 8 sequences of 2048 tokens

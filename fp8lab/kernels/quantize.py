@@ -60,6 +60,7 @@ import triton.language as tl
 
 from fp8lab.env import triton_interpret
 from fp8lab.scaling import DelayedAmax, PerHead, PerTensor, ScaleStrategy
+from fp8lab.kernels._gluon import sm_count
 from fp8lab.kernels.fp8_rounding import TINY_DESCALE, round_to_e4m3
 from fp8lab.kernels.quantize_onchip import OnchipPlan, onchip_plan, quantize_onchip
 
@@ -687,8 +688,7 @@ def quantize_fp8_delayed(
         return y, amax
     sizes, (ntiles, _) = _launch_sizes(x, heads, d, seqlen, batch, DELAYED_TILE_ELEMENTS)
     items = batch * ntiles
-    programs = (torch.cuda.get_device_properties(x.device).multi_processor_count * DELAYED_PROGRAMS_PER_SM
-                if x.device.type == "cuda" else DELAYED_CPU_PROGRAMS) or items
+    programs = (sm_count(x.device) * DELAYED_PROGRAMS_PER_SM if x.device.type == "cuda" else DELAYED_CPU_PROGRAMS) or items
     per_program = triton.cdiv(items, min(items, programs))
     cu = cu_seqlens if cu_seqlens is not None else x  # an unused placeholder when batched
     _delayed_kernel[(triton.cdiv(items, per_program),)](
