@@ -32,7 +32,9 @@ _FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 class AttentionShape:
     """What `check_attention_inputs` learned about a call.
 
-    `seqlens_q` / `seqlens_k` list each sequence's length (all equal when batched).
+    `seqlens_q` / `seqlens_k` list each sequence's length (all equal when batched). They are
+    None for a varlen call checked while a CUDA graph is captured: the lengths then live in
+    cu_seqlens on the device only, and `bound_q` / `bound_k` hold the caller's max_seqlen_q/k.
     """
 
     batch: int
@@ -40,10 +42,17 @@ class AttentionShape:
     heads_kv: int
     head_dim: int
     head_dim_v: int
-    seqlens_q: tuple[int, ...]
-    seqlens_k: tuple[int, ...]
+    seqlens_q: tuple[int, ...] | None
+    seqlens_k: tuple[int, ...] | None
     varlen: bool
     fp8: bool
+    bound_q: int | None = None
+    bound_k: int | None = None
+
+    @property
+    def lengths_on_host(self) -> bool:
+        """Whether the sequence lengths are known here (False only for varlen under capture)."""
+        return self.seqlens_q is not None
 
     @property
     def group_size(self) -> int:
@@ -52,11 +61,11 @@ class AttentionShape:
 
     @property
     def max_seqlen_q(self) -> int:
-        return max(self.seqlens_q, default=0)
+        return self.bound_q if self.seqlens_q is None else max(self.seqlens_q, default=0)
 
     @property
     def max_seqlen_k(self) -> int:
-        return max(self.seqlens_k, default=0)
+        return self.bound_k if self.seqlens_k is None else max(self.seqlens_k, default=0)
 
 
 def _dtype_name(t: torch.Tensor) -> str:
@@ -99,12 +108,18 @@ def check_descale(
         raise ValueError(f"{name}: every descale must be > 0, got min {descale.min().item()}")
 
 
-def _check_cu_seqlens(name: str, cu: torch.Tensor, total: int, device: torch.device) -> tuple[int, ...]:
+def _check_cu_seqlens_tensor(name: str, cu: torch.Tensor, device: torch.device) -> int:
+    """dtype, shape and device of a cu_seqlens tensor; returns the batch it describes."""
     if not isinstance(cu, torch.Tensor) or cu.dtype != torch.int32 or cu.dim() != 1 or cu.numel() < 2:
         got = f"{_dtype_name(cu)} {tuple(cu.shape)}" if isinstance(cu, torch.Tensor) else type(cu).__name__
         raise ValueError(f"{name}: expected an int32 tensor of shape (batch + 1,) with batch >= 1, got {got}")
     if cu.device != device:
         raise ValueError(f"{name}: expected it on {device} like q, got {cu.device}")
+    return cu.numel() - 1
+
+
+def _check_cu_seqlens(name: str, cu: torch.Tensor, total: int, device: torch.device) -> tuple[int, ...]:
+    _check_cu_seqlens_tensor(name, cu, device)
     values = cu.tolist()
     if values[0] != 0:
         raise ValueError(f"{name}: must start at 0, got {values[0]}")
@@ -114,6 +129,22 @@ def _check_cu_seqlens(name: str, cu: torch.Tensor, total: int, device: torch.dev
     if values[-1] != total:
         raise ValueError(f"{name}: last entry must equal the {total} tokens in the tensor, got {values[-1]}")
     return lengths
+
+
+def _capturing(t: torch.Tensor) -> bool:
+    """Whether t's GPU stream is capturing a CUDA graph (nothing may be read back then)."""
+    return t.is_cuda and torch.cuda.is_current_stream_capturing()
+
+
+def _check_bound(name: str, given: object) -> int:
+    """A max_seqlen given for a varlen call under capture: an int >= 0."""
+    if given is None:
+        raise ValueError(f"{name}: a varlen call captured in a CUDA graph needs max_seqlen_q and max_seqlen_k "
+                         "(cu_seqlens cannot be read on the host while capturing; pass the longest sequence "
+                         "the replays will see, as vLLM does), got None")
+    if isinstance(given, bool) or not isinstance(given, int) or given < 0:
+        raise ValueError(f"{name}: expected an int >= 0, got {given!r}")
+    return given
 
 
 def check_attention_inputs(
@@ -133,9 +164,10 @@ def check_attention_inputs(
 
     Raises TypeError for dtypes and ValueError for shapes, devices, strides,
     cu_seqlens and descales, each naming the tensor, what was expected and what came.
-    While a CUDA graph is being captured the descale values are not checked (reading them back
-    needs a sync, which a capture forbids; a replay runs no Python check anyway), and varlen
-    calls are refused with a ValueError (their lengths are read from cu_seqlens on the host).
+    While a CUDA graph is being captured nothing is read back from the device (a capture forbids
+    the sync; a replay runs no Python check anyway): descale values are not checked, and a
+    varlen call must give max_seqlen_q and max_seqlen_k, which stand in for the lengths in
+    cu_seqlens (their dtype, shape and device are checked; `AttentionShape.seqlens_q` is None).
     """
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor):
@@ -154,28 +186,34 @@ def check_attention_inputs(
         raise ValueError(f"descales apply to FP8 inputs only, got q/k/v in {_dtype_name(q)}")
 
     varlen = cu_seqlens_q is not None or cu_seqlens_k is not None
-    capturing = q.is_cuda and torch.cuda.is_current_stream_capturing()
+    capturing = _capturing(q)
+    bound_q = bound_k = None
     if varlen:
         if cu_seqlens_q is None or cu_seqlens_k is None:
             raise ValueError("varlen needs both cu_seqlens_q and cu_seqlens_k, got only one")
-        if capturing:
-            raise ValueError("varlen (cu_seqlens) calls cannot be captured in a CUDA graph: the sequence lengths "
-                             "are read from cu_seqlens on the host; capture batched calls, or run varlen eagerly")
         for name, t in (("q", q), ("k", k), ("v", v)):
             if t.dim() != 3:
                 raise ValueError(f"{name}: varlen expects (total_tokens, heads, head_dim), got shape {tuple(t.shape)}")
-        lens_q = _check_cu_seqlens("cu_seqlens_q", cu_seqlens_q, q.shape[0], q.device)
-        lens_k = _check_cu_seqlens("cu_seqlens_k", cu_seqlens_k, k.shape[0], q.device)
-        if len(lens_q) != len(lens_k):
+        if capturing:  # the lengths stay on the device: check what the host can see
+            batch_q = _check_cu_seqlens_tensor("cu_seqlens_q", cu_seqlens_q, q.device)
+            batch_k = _check_cu_seqlens_tensor("cu_seqlens_k", cu_seqlens_k, q.device)
+            bound_q, bound_k = _check_bound("max_seqlen_q", max_seqlen_q), _check_bound("max_seqlen_k", max_seqlen_k)
+            lens_q = lens_k = None
+        else:
+            lens_q = _check_cu_seqlens("cu_seqlens_q", cu_seqlens_q, q.shape[0], q.device)
+            lens_k = _check_cu_seqlens("cu_seqlens_k", cu_seqlens_k, k.shape[0], q.device)
+            batch_q, batch_k = len(lens_q), len(lens_k)
+        if batch_q != batch_k:
             raise ValueError(
-                f"cu_seqlens_q and cu_seqlens_k must describe the same batch, got {len(lens_q)} and {len(lens_k)} sequences"
+                f"cu_seqlens_q and cu_seqlens_k must describe the same batch, got {batch_q} and {batch_k} sequences"
             )
         if k.shape[0] != v.shape[0]:
             raise ValueError(f"k and v must hold the same tokens, got {k.shape[0]} and {v.shape[0]}")
-        for name, given, lens in (("max_seqlen_q", max_seqlen_q, lens_q), ("max_seqlen_k", max_seqlen_k, lens_k)):
-            if given is not None and given < max(lens):
-                raise ValueError(f"{name}: must be >= the longest sequence ({max(lens)}), got {given}")
-        batch = len(lens_q)
+        if lens_q is not None:
+            for name, given, lens in (("max_seqlen_q", max_seqlen_q, lens_q), ("max_seqlen_k", max_seqlen_k, lens_k)):
+                if given is not None and given < max(lens):
+                    raise ValueError(f"{name}: must be >= the longest sequence ({max(lens)}), got {given}")
+        batch = batch_q
         _, heads_q, head_dim = q.shape
         _, heads_kv, head_dim_k = k.shape
         heads_v, head_dim_v = v.shape[1], v.shape[2]
@@ -213,7 +251,7 @@ def check_attention_inputs(
         if not bool((values.isfinite() & (values > 0)).all()):
             for name, d in given.items():
                 check_descale(name, d, batch, heads_kv, q.device)
-    return AttentionShape(batch, heads_q, heads_kv, head_dim, head_dim_v, lens_q, lens_k, varlen, fp8)
+    return AttentionShape(batch, heads_q, heads_kv, head_dim, head_dim_v, lens_q, lens_k, varlen, fp8, bound_q, bound_k)
 
 
 def check_softmax_scale(softmax_scale: float | torch.Tensor | None, head_dim: int) -> float:
@@ -237,6 +275,9 @@ def sequences(shape: AttentionShape) -> Iterator[tuple[int, slice | int, slice |
         for b in range(shape.batch):
             yield b, b, b
         return
+    if not shape.lengths_on_host:
+        raise ValueError("the sequence lengths of a varlen call checked under CUDA-graph capture are on the device "
+                         "only; this code needs them on the host: run it eagerly")
     starts_q = [0, *torch.cumsum(torch.tensor(shape.seqlens_q), 0).tolist()]
     starts_k = [0, *torch.cumsum(torch.tensor(shape.seqlens_k), 0).tolist()]
     for b in range(shape.batch):

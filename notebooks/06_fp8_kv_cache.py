@@ -11,9 +11,11 @@
 # 2. how tokens are written into pages (`slot_mapping`, `reshape_and_cache_flash`) and read back (block tables);
 # 3. where the scales come from (checkpoint, the 1.0 default, dynamic amax/200) and what each costs;
 # 4. how much of the decode error is storage (K/V in FP8) and how much is FP8 *math* (Q and P in FP8 too);
-# 5. why `k_scale.expand(...)` (stride 0) gives exactly the same answer as a materialized descale.
+# 5. why `k_scale.expand(...)` (stride 0) gives exactly the same answer as a materialized descale;
+# 6. what a decode step needs to be replayed from a CUDA graph, as vLLM replays it.
 #
-# Everything here runs on a CPU through `fp8lab.kvcache` and the FA3 emulation in `fp8lab.reference`.
+# Everything here runs on a CPU through `fp8lab.kvcache` and the FA3 emulation in `fp8lab.reference`;
+# section 7 captures a decode step on a GPU where there is one, and shows the H200's record where not.
 
 # %% tags=["parameters"]
 smoke: bool = False  # small sizes for CI
@@ -193,6 +195,84 @@ except ValueError as err:
     print("ValueError:", err)
 
 # %% [markdown]
+# ## 7. Decode steps in a CUDA graph
+#
+# vLLM replays its decode steps from CUDA graphs: the launches are recorded once, and each step
+# copies new values into the same tensors and replays them. Two things follow for the attention call.
+# * Nothing may be read back to the host while a graph is captured (no `.item()`, no `.tolist()`):
+#   the descale values cannot be checked, and the lengths in `cu_seqlens` cannot be read.
+# * Each kernel's grid is fixed when it is captured. It is sized from `max_seqlen_q` and
+#   `max_seqlen_k`, bounds that every replay must stay within. That is why FA3's varlen entry point
+#   takes them next to `cu_seqlens`.
+#
+# `fp8lab.attention` does the same. Under capture a varlen call needs both bounds, and it runs only
+# on providers that read the lengths on the device. Gating says which, here on a simulated Hopper
+# with every provider installed:
+
+# %%
+from fp8lab.backends import gating
+
+hopper = gating.Device((9, 0), "simulated H100")
+eager = gating.Request("fp8", head_dim, varlen=True)
+captured = gating.Request("fp8", head_dim, varlen=True, lengths_on_device=True)
+rows = []
+for name, spec in gating.PROVIDERS.items():
+    before, _ = gating.provider_reasons(spec, hopper, eager, env={})
+    after, _ = gating.provider_reasons(spec, hopper, captured, env={})
+    rows.append({"provider": name, "backend": spec.backend, "eager": "runs" if not before else "no",
+                 "captured": "runs" if not after else "no",
+                 "what capture adds": "; ".join(r for r in after if r not in before)})
+capture_table = pd.DataFrame(rows)
+record("captured_varlen_fp8_providers", [r["provider"] for r in rows if r["captured"] == "runs"])
+with pd.option_context("display.max_colwidth", 100):
+    display(capture_table)  # noqa: F821 - IPython
+
+# %% [markdown]
+# On a GPU, the cell below captures this notebook's decode step (section 5's FP8 inputs, stride-0
+# descales, one query per sequence), replays it on a new query, and compares it with an eager call.
+# Without a GPU it shows what the H200 recorded (`results/h200/bench_v26_api_graph.*`): each
+# provider captured a varlen call with lengths 412 and 612 under bounds of 612. The replay then
+# ran with lengths 512 and 512 copied into `cu_seqlens`, and its output had the eager call's bits.
+
+# %%
+import fp8lab
+from fp8lab import bench, env
+
+if torch.cuda.is_available():
+    dev_args = [t.cuda() for t in (q8, k8, v8, q_desc.contiguous(), k_desc.contiguous(), v_desc.contiguous())]
+    cu_args = dict(cu_seqlens_q=cu_q.cuda(), cu_seqlens_k=cu_k.cuda(), max_seqlen_q=1, max_seqlen_k=max(lens))
+
+    def decode_step():
+        q_, k_, v_, dq, dk, dv = dev_args
+        return fp8lab.attention(q_, k_, v_, q_descale=dq, k_descale=dk, v_descale=dv, causal=True, **cu_args)
+
+    try:
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            decode_step()  # compiles and allocates outside the capture
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            replayed = decode_step()
+        dev_args[0].copy_(kvcache.scaled_fp8_quant(torch.randn(q.shape, generator=g), qs))  # the next step's query
+        graph.replay()
+        same = bool(torch.equal(replayed, decode_step()))
+        record("graph_live_replay_equals_eager", same)
+        print("replay equals the eager call:", same)
+    except fp8lab.BackendError as err:  # a GPU without an FP8 attention provider
+        print(err)
+recorded = pd.DataFrame(bench.load_results(env.results_dir() / "bench_v26_api_graph.json")["rows"])
+recorded = recorded[recorded["result"] != "eager failed"]
+record("graph_h200_captured", {f"{r.backend} {'varlen' if r.varlen else 'batched'}": bool(r.replay_equals_eager)
+                               for r in recorded.itertuples()})
+recorded[["backend", "varlen", "result", "replay_equals_eager", "eager_lengths"]]
+
+# %% [markdown]
+# The Gluon kernel takes batched calls only, so it has no varlen row. SDPA and the reference loop
+# over the sequences on the host, so they are refused under capture with that reason.
+
+# %% [markdown]
 # ## Summary
 # * An FP8 cache holds twice the tokens of a bf16 one.
 # * Scales decide the storage error: with the 1.0 default, small K/V values
@@ -200,6 +280,8 @@ except ValueError as err:
 #   error near e4m3's rounding error (about 2⁻⁴ relative).
 # * FA3's FP8 path adds Q's and P's quantization on top of the storage error.
 # * Stride-0 descales are exactly as good as materialized ones.
+# * A decode step replayed from a CUDA graph reads nothing back: its kernels are sized by
+#   `max_seqlen_q/k` at capture, and read the lengths from `cu_seqlens` on the device at each replay.
 #
 # ## Exercises
 # 1. Multiply `v` by 100 before section 3 and rerun. Which scale choices now saturate V?

@@ -660,9 +660,37 @@ size_table.round(3)
 # %% [markdown]
 # From 128 MiB, the benchmark's size, delayed scaling keeps 85 % per head and per tensor; at 64 MiB
 # it is near it, and at 32 MiB and below it falls behind the static cast. There each program has only
-# 2-4 tiles, and at 128 registers 4 programs fit per SM (a launch tuned for small tensors was not
-# tried). Below 16 MiB every kernel is launch-bound, and the 16 MiB copy is partly served by L2
+# 2-4 tiles, and at 128 registers 4 programs fit per SM (v25 did not tune the launch for small
+# tensors; v26, next, does). Below 16 MiB every kernel is launch-bound, and the 16 MiB copy is partly served by L2
 # (5.8 TB/s), which lowers every fraction there.
+
+# %% [markdown]
+# v26 tuned that launch (`probe_quant_delayed.py --tune`, `results/h200/bench_v26_quant_tune.*`,
+# `run22/`). At 32 MiB each of the 1056 programs (8 per SM) had 2 tiles, but only 4 fit per SM at
+# 128 registers, so they ran as two short waves. The launch now takes 8 programs per SM only while
+# each keeps at least 4 tiles, and otherwise one wave of 4 per SM (`_delayed_programs`). Two ways to
+# keep more loads in flight gained nothing at any size from 16 to 128 MiB. One was the tile loop as
+# a software pipeline (`tl.range(num_stages=2-4)`, call 1: at best 0.79 at 32 MiB, against 0.87
+# without). The other issued the next tile's load before this tile's casts (168 registers, so 3
+# programs per SM; call 3: at best 0.75 at 32 MiB, against 0.84 without). The size sweep again,
+# after the change (`bench_v26_quant_sizes.*`, call 2):
+
+# %%
+sizes26 = pd.DataFrame(bench.load_results(rdir / "bench_v26_quant_sizes.json")["rows"]).dropna(subset=["kernel"])
+sizes26["mib"] = sizes26["mib"].astype(int)
+plots.plot_quant_sizes(sizes26)
+plt.show()
+size_table26 = sizes26.pivot_table(index="kernel", columns="mib", values="frac_copy_graph", aggfunc="min", sort=False)
+record("v26_quant_sizes_low", {k: {int(m): round(float(v), 3) for m, v in row.items()}
+                               for k, row in size_table26.iterrows()})
+size_table26.round(3)
+
+# %% [markdown]
+# Delayed scaling per head now runs at 0.84-0.86 of copy at 32 MiB (0.76-0.77 in v25; 0.83-0.87 over
+# the three calls of run22), 0.84-0.85 at 64 MiB, at the line, and as before from 128 MiB. Per tensor
+# it runs at 0.86-0.90 and 0.86. At 16 MiB every kernel but the static cast stays near half the
+# copy, which L2 partly serves there (5.7 TB/s). This delayed kernel needs 2 registers per value in
+# flight, where the static cast needs less than 1, so fewer of its loads are in flight at once.
 
 # %% [markdown]
 # How it got there (`scripts/probe_quant_delayed.py`, `run21/`, CUDA-graph replays, 3 rounds):

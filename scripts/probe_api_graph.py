@@ -4,7 +4,9 @@
 
 For each GPU provider that runs here, a batched FP8 call (2 x 512 x 8 x 128, GQA 2, causal) and a
 varlen one is captured, replayed after new values are copied into the inputs, and compared with
-an eager call on those values. Records what happened, including the error of a capture that failed.
+an eager call on those values. The varlen call is captured with lengths 412 and 612 and bounds of
+612, and replayed with lengths 512 and 512 copied into cu_seqlens. Records what happened,
+including the error of a capture that failed.
 """
 
 from __future__ import annotations
@@ -27,15 +29,15 @@ def main(out: str) -> None:
         ds = [torch.rand(b, hk, device="cuda", generator=gen) * 0.1 + 0.01 for _ in range(3)]
         return q, k, v, ds
 
-    for backend in ("fa3:fa3-fwd", "fa3:vllm", "triton:gluon", "triton:triton"):
+    for backend in ("fa3:fa3-fwd", "fa3:vllm", "fa3:vllm-so", "triton:gluon", "triton:triton"):
         for varlen in (False, True):
             b, s, h, hk, d = 2, 512, 8, 4, 128
             q, k, v, ds = fresh(b, s, h, hk, d)
             kw = dict(causal=True, backend=backend)
             if varlen:
                 q, k, v = (t.reshape(b * s, *t.shape[2:]) for t in (q, k, v))
-                cu = torch.tensor([0, s, 2 * s], dtype=torch.int32, device="cuda")
-                kw.update(cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=s, max_seqlen_k=s)
+                cu = torch.tensor([0, s - 100, 2 * s], dtype=torch.int32, device="cuda")
+                kw.update(cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=s + 100, max_seqlen_k=s + 100)
 
             def call():
                 return fp8lab.attention(q, k, v, q_descale=ds[0], k_descale=ds[1], v_descale=ds[2], **kw)
@@ -59,10 +61,13 @@ def main(out: str) -> None:
                 q2, k2, v2, ds2 = fresh(b, s, h, hk, d)
                 for dst, src in zip((q, k, v, *ds), (q2, k2, v2, *ds2)):
                     dst.copy_(src.reshape(dst.shape))
+                if varlen:
+                    cu.copy_(torch.tensor([0, s, 2 * s], dtype=torch.int32))
                 graph.replay()
                 torch.cuda.synchronize()
                 eager = call()
-                row.update(result="captured", replay_equals_eager=bool(torch.equal(captured, eager)))
+                row.update(result="captured", replay_equals_eager=bool(torch.equal(captured, eager)),
+                           eager_lengths=cu.tolist() if varlen else None)
             except Exception as e:  # noqa: BLE001
                 row.update(result="capture failed", error=repr(e)[:400])
                 torch.cuda.synchronize()

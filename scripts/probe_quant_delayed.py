@@ -2,6 +2,7 @@
 
     PYTHONPATH=. python3 scripts/probe_quant_delayed.py OUT.json
     PYTHONPATH=. python3 scripts/probe_quant_delayed.py --sizes OUT.json   # 4-256 MiB (`sizes`)
+    PYTHONPATH=. python3 scripts/probe_quant_delayed.py --tune OUT.json    # the launch at 16-128 MiB (`tune`)
 
 b.s = 16k tokens x 32 heads x 128 bf16 (128 MiB) as 1 x 16384 and 8 x 2048. Bits and amax against
 torch on the GPU (IEEE division, clamp, RNE cast) at three splits, per head, GQA4 and varlen. Then
@@ -116,5 +117,62 @@ def sizes(out: str) -> None:
     bench.write_results(out, rows, env.context(dtype="bfloat16"))
 
 
+def tune(out: str) -> None:
+    """The delayed kernel's launch at 16-128 MiB (1 x tokens x 32 x 128 bf16, per-head descale):
+    the default rule (`_delayed_programs`) and fixed programs per SM x values per tile, against a
+    copy and the static cast, CUDA-graph replays, 3 interleaved rounds. Bits and amax against torch
+    for every tile size at 8 x 2048 tokens (programs cross sequences) and varlen. Run22 ran this
+    with a third knob that was not kept: the tile loop's pipeline stages in call 1, the next tile's
+    load issued before this tile's casts in call 3 (the patches and probes in those calls)."""
+    gen = torch.Generator(device="cuda").manual_seed(13)
+    knob_names = ("DELAYED_MIN_TILES", "DELAYED_PROGRAMS_PER_SM", "DELAYED_TILE_ELEMENTS", "DELAYED_WARPS")
+    default = {k: getattr(Q, k) for k in knob_names}
+    grid = [dict(default)] + [dict(DELAYED_MIN_TILES=0, DELAYED_PROGRAMS_PER_SM=p, DELAYED_TILE_ELEMENTS=t,
+                                   DELAYED_WARPS=4) for t in (4096, 8192) for p in (3, 4, 6, 8)]
+    rows = []
+
+    def use(knobs: dict) -> None:
+        for key, value in knobs.items():
+            setattr(Q, key, value)
+
+    x8 = torch.randn(8, 2048, 32, 128, device="cuda", generator=gen, dtype=torch.bfloat16) * 3
+    d8 = torch.rand(8, 32, device="cuda", generator=gen) * 0.01 + 0.002
+    yr, ar = torch_reference(x8, d8, 32)
+    cu = torch.arange(0, 8 * 2048 + 1, 2048, dtype=torch.int32, device="cuda")
+    for knobs in grid:
+        if knobs != default and knobs["DELAYED_PROGRAMS_PER_SM"] != 4:
+            continue
+        use(knobs)
+        y, amax = Q.quantize_fp8_delayed(x8, d8)
+        yv, av = Q.quantize_fp8_delayed(x8.reshape(-1, 32, 128), d8, cu_seqlens=cu)
+        rows.append(dict(check="bits", **knobs,
+                         same_bits=bool(torch.equal(y.view(torch.uint8), yr.view(torch.uint8))),
+                         same_amax=bool(torch.equal(amax, ar)),
+                         varlen_same=bool(torch.equal(yv.view(torch.uint8), y.view(torch.uint8).reshape(-1, 32, 128))
+                                          and torch.equal(av, amax))))
+        print(rows[-1], flush=True)
+    use(default)
+    q_scale = torch.tensor([0.05], device="cuda")
+    for rep in range(3):
+        for tokens in (2048, 4096, 8192, 16384):
+            x = torch.randn(1, tokens, 32, 128, device="cuda", generator=gen, dtype=torch.bfloat16)
+            n = x.numel()
+            dst = torch.empty_like(x)
+            copy_bw = bench.tbps(4 * n, bench.median_ms_graph(lambda: dst.copy_(x)))
+            descale = torch.rand(1, 32, device="cuda", generator=gen) * 0.01 + 0.005
+            cases = [("static (vLLM Q)", {}, lambda: Q.quantize_fp8_static(x, q_scale))]
+            cases += [("delayed", k, lambda: Q.quantize_fp8_delayed(x, descale)) for k in grid]
+            for name, knobs, fn in cases:
+                use(knobs)
+                ms = bench.median_ms_graph(fn)
+                use(default)
+                rows.append(dict(rep=rep, tokens=tokens, mib=2 * n >> 20, kernel=name, **knobs, ms_graph=ms,
+                                 copy_tbps_graph=copy_bw, frac_copy_graph=bench.tbps(3 * n, ms) / copy_bw))
+                print(f"{rep} {2 * n >> 20:4d} MiB {name} {knobs} {ms * 1e3:.1f} us {rows[-1]['frac_copy_graph']:.3f}",
+                      flush=True)
+    bench.write_results(out, rows, env.context(dtype="bfloat16"))
+
+
 if __name__ == "__main__":
-    sizes(sys.argv[2]) if sys.argv[1] == "--sizes" else main(sys.argv[1])
+    modes = {"--sizes": sizes, "--tune": tune}
+    modes[sys.argv[1]](sys.argv[2]) if sys.argv[1] in modes else main(sys.argv[1])

@@ -422,3 +422,24 @@ def test_every_provider_has_an_adapter_and_a_probe_that_answers():
     assert found["sdpa"][0] and found["reference"][0]
     for name, (ok, detail) in found.items():
         assert isinstance(ok, bool) and detail, name
+
+
+def test_captured_varlen_call_runs_our_kernel_from_the_bounds(monkeypatch):
+    """A varlen call checked as under CUDA-graph capture (stood in for: nothing may be read back) runs the
+    Triton kernel from max_seqlen_q/k alone, with the eager call's bits; without the bounds, or through a
+    provider that needs the lengths on the host, it is a clear error before any kernel runs."""
+    import fp8lab.layout as layout
+
+    lengths = [5, 0, 11]
+    (q, k, v), ds = fp8_inputs(3, 0, 0, 4, 2, 64, lengths)
+    kw = dict(cu_seqlens_q=cu(lengths), cu_seqlens_k=cu(lengths), causal=True, return_lse=True,
+              q_descale=ds[0], k_descale=ds[1], v_descale=ds[2])
+    eager_out, eager_lse = attention(q, k, v, backend="triton", **kw)
+    monkeypatch.setattr(layout, "_capturing", lambda t: True)
+    monkeypatch.setattr(torch.Tensor, "tolist", lambda t: pytest.fail("read back under capture"))
+    out, lse = attention(q, k, v, backend="triton", max_seqlen_q=16, max_seqlen_k=11, **kw)
+    assert torch.equal(out, eager_out) and torch.equal(lse, eager_lse)
+    with pytest.raises(ValueError, match="needs max_seqlen_q and max_seqlen_k"):
+        attention(q, k, v, backend="triton", **kw)
+    with pytest.raises(BackendError, match="reads the varlen sequence lengths on the host"):
+        attention(q, k, v, backend="reference", max_seqlen_q=16, max_seqlen_k=11, **kw)

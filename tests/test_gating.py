@@ -218,3 +218,25 @@ def test_bad_requests():
 def test_architecture_names():
     assert [gating.architecture(c) for c in ((8, 0), (8, 6), (8, 9), (9, 0), (10, 0), None)] == [
         "Ampere", "Ampere", "Ada", "Hopper", "Blackwell", "CPU"]
+
+
+def test_captured_varlen_calls_go_to_providers_that_read_lengths_on_the_device():
+    """Under CUDA-graph capture a varlen call's lengths stay in cu_seqlens on the device: FA3, FA2 and our
+    Triton kernel read them there; SDPA and the reference loop over them on the host, and say so."""
+    captured = Request("bf16", 128, varlen=True, lengths_on_device=True)
+    assert decide(HOPPER, ALL, captured, env=NO_ENV).label() == "fa3:vllm"
+    for name in ("sdpa", "sdpa-flash", "sdpa-cudnn", "reference"):
+        reasons, _ = gating.provider_reasons(PROVIDERS[name], HOPPER, captured, NO_ENV)
+        assert any("reads the varlen sequence lengths on the host" in r for r in reasons), (name, reasons)
+        eager, _ = gating.provider_reasons(PROVIDERS[name], HOPPER, Request("bf16", 128, varlen=True), NO_ENV)
+        assert not any("on the host" in r for r in eager), (name, eager)
+    for name in ("vllm", "vllm-so", "fa3-fwd", "flash-attn-3", "vllm-fa2", "flash-attn-2"):
+        assert gating.provider_reasons(PROVIDERS[name], HOPPER, captured, NO_ENV)[0] == [], name
+    fp8 = Request("fp8", 128, varlen=True, lengths_on_device=True)
+    assert gating.provider_reasons(PROVIDERS["triton"], HOPPER, fp8, NO_ENV)[0] == []
+    pinned = decide(HOPPER, ALL, fp8, backend="reference", env=NO_ENV)
+    assert not pinned.ok and "CUDA-graph capture" in pinned.error_message("reference")
+    # dequantizing FP8 for FA2 needs the lengths on the host too
+    deq = Request("fp8", 128, varlen=True, lengths_on_device=True, fp8_fallback="dequantize")
+    reasons, dequantize = gating.provider_reasons(PROVIDERS["vllm-fa2"], HOPPER, deq, NO_ENV)
+    assert dequantize and any("dequantizing for vllm-fa2" in r for r in reasons)

@@ -258,27 +258,33 @@ def test_q_scale_fallback_scales(provider):
     assert err <= allowed
 
 
+@pytest.mark.parametrize("varlen", [False, True], ids=["batched", "varlen"])
 @pytest.mark.parametrize("provider", FP8_PROVIDERS)
-def test_batched_fp8_call_captures_in_a_cuda_graph(provider):
-    """As vLLM captures its decode steps: a batched FP8 call captured in a CUDA graph, replayed on
-    new values copied into its inputs and descales, gives the eager call's bits on those values;
-    a varlen call under capture is a clear ValueError (its lengths are read on the host)."""
-    backend, _ = _runnable(provider, "fp8", 128)
+def test_fp8_call_captures_in_a_cuda_graph(provider, varlen):
+    """As vLLM captures its decode steps: an FP8 call captured in a CUDA graph, replayed on new values
+    copied into its inputs and descales, gives the eager call's bits on those values. A varlen call
+    is captured with max_seqlen_q/k as bounds, and its replay follows new lengths copied into
+    cu_seqlens (same token counts); without the bounds it is a clear ValueError."""
+    backend, _ = _runnable(provider, "fp8", 128, varlen)
     _deadline()
     if DEVICE != "cuda":
         pytest.skip("CUDA graphs need a CUDA GPU")
     g = torch.Generator(device=DEVICE).manual_seed(6)
 
-    def inputs():
+    def inputs(lengths):
         q, k, v = (torch.randn(2, 203, h, 128, generator=g, device=DEVICE).mul(3).to(torch.float8_e4m3fn)
                    for h in (4 * HEADS_KV, HEADS_KV, HEADS_KV))
-        return [q, k, v, *(torch.rand(2, HEADS_KV, generator=g, device=DEVICE) * 0.1 + 0.01 for _ in range(3))]
+        if varlen:
+            q, k, v = (t.reshape(-1, *t.shape[2:]) for t in (q, k, v))
+        cu = torch.tensor([0, lengths[0], sum(lengths)], dtype=torch.int32, device=DEVICE)
+        return [q, k, v, *(torch.rand(2, HEADS_KV, generator=g, device=DEVICE) * 0.1 + 0.01 for _ in range(3)), cu]
 
-    live = inputs()
+    live = inputs([150, 256])
 
-    def call():
-        q, k, v, dq, dk, dv = live
-        return attention(q, k, v, causal=True, backend=backend, q_descale=dq, k_descale=dk, v_descale=dv)
+    def call(**bounds):
+        q, k, v, dq, dk, dv, cu = live
+        lens = dict(cu_seqlens_q=cu, cu_seqlens_k=cu, **bounds) if varlen else {}
+        return attention(q, k, v, causal=True, backend=backend, q_descale=dq, k_descale=dk, v_descale=dv, **lens)
 
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
@@ -287,18 +293,16 @@ def test_batched_fp8_call_captures_in_a_cuda_graph(provider):
     torch.cuda.current_stream().wait_stream(side)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        out = call()
-    for dst, src in zip(live, inputs()):
+        out = call(max_seqlen_q=256, max_seqlen_k=256)
+    for dst, src in zip(live, inputs([203, 203] if varlen else [150, 256])):
         dst.copy_(src)
     graph.replay()
     torch.cuda.synchronize()
     assert torch.equal(out, call())
-    q, k, v = (t.reshape(-1, *t.shape[2:]) for t in live[:3])
-    cu = torch.tensor([0, 203, 406], dtype=torch.int32, device=DEVICE)
-    with pytest.raises(ValueError, match="cannot be captured in a CUDA graph"):
-        with torch.cuda.graph(torch.cuda.CUDAGraph()):
-            attention(q, k, v, causal=True, backend=backend, cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=203,
-                      max_seqlen_k=203)
+    if varlen:
+        with pytest.raises(ValueError, match="needs max_seqlen_q and max_seqlen_k"):
+            with torch.cuda.graph(torch.cuda.CUDAGraph()):
+                call()
 
 
 def test_fp8_into_fa2_on_this_gpu_is_a_clear_error():

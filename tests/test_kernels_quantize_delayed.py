@@ -183,15 +183,29 @@ def test_bad_descales(descale, exc, match):
 
 @pytest.mark.gpu
 def test_programs_cross_sequences_on_gpu():
-    """On the GPU each of SMs x DELAYED_PROGRAMS_PER_SM programs loops over consecutive tiles, which
-    span sequence boundaries here: the per-(sequence, kv head) amax must still be each sequence's."""
+    """On the GPU programs loop over consecutive tiles (`_delayed_programs`), which here span sequence
+    boundaries: the per-(sequence, kv head) amax must still be each sequence's."""
     if DEV != "cuda":
         pytest.skip("needs a CUDA GPU")
     gen = torch.Generator().manual_seed(8)
-    x = inputs(gen, 7, 1531, 8, 128)
+    x = inputs(gen, 7, 1523, 8, 128)
     descale = (torch.rand(7, 2, generator=gen) * 0.02 + 0.004).to(DEV)
     y, amax = quantize_fp8_delayed(x, descale, heads_kv=2)
-    items = 7 * -(-1531 // Q._block_t(8, 128))
-    assert items > torch.cuda.get_device_properties(0).multi_processor_count * Q.DELAYED_PROGRAMS_PER_SM
+    ntiles = -(-1523 // Q._block_t(8, 128, Q.DELAYED_TILE_ELEMENTS))
+    programs = Q._delayed_programs(7 * ntiles, torch.cuda.get_device_properties(0).multi_processor_count)
+    per_program = -(-7 * ntiles // programs)
+    assert per_program > 1 and ntiles % per_program  # some program's tiles span two sequences
     y_ref, amax_ref = reference(x, descale, 2)
     assert torch.equal(bits(y), y_ref) and torch.equal(amax.cpu(), amax_ref)
+
+
+def test_the_launch_runs_small_inputs_in_one_wave():
+    """v26's rule: DELAYED_PROGRAMS_PER_SM (8: two waves of the 4 that fit per SM) while each program keeps
+    DELAYED_MIN_TILES tiles, else one wave of DELAYED_SMALL_PROGRAMS_PER_SM; the interpreter takes a few."""
+    def tiles(mib: int) -> int:  # tiles of a bf16 x of `mib` MiB
+        return (mib << 20) // 2 // Q.DELAYED_TILE_ELEMENTS
+
+    sms = 132  # an H200
+    assert Q._delayed_programs(tiles(256), sms) == Q._delayed_programs(tiles(128), sms) == 8 * sms
+    assert Q._delayed_programs(tiles(64), sms) == Q._delayed_programs(tiles(32), sms) == 4 * sms
+    assert Q._delayed_programs(tiles(128), None) == Q.DELAYED_CPU_PROGRAMS

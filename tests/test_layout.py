@@ -137,3 +137,27 @@ def test_softmax_scale():
     for bad in (float("nan"), float("inf"), True, "0.1", torch.ones(2)):
         with pytest.raises(ValueError, match="softmax_scale: expected a finite number"):
             check_softmax_scale(bad, 64)
+
+
+def test_varlen_under_capture_takes_the_bounds_and_reads_nothing_back(monkeypatch):
+    """While a CUDA graph is captured (stood in for here) cu_seqlens may not be read on the host: the check
+    takes max_seqlen_q/k as the bounds, checks what it can see, and `sequences` refuses to guess."""
+    import fp8lab.layout as layout
+
+    monkeypatch.setattr(layout, "_capturing", lambda t: True)
+    monkeypatch.setattr(torch.Tensor, "tolist", lambda t: pytest.fail("read back under capture"))
+    cu_q = torch.tensor([0, 3, 3, 7], dtype=torch.int32)
+    cu_k = torch.tensor([0, 5, 7, 13], dtype=torch.int32)
+    q, k = torch.randn(7, 4, 64).to(E4M3), torch.randn(13, 2, 64).to(E4M3)
+    s = check_attention_inputs(q, k, k, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, max_seqlen_q=9, max_seqlen_k=6)
+    assert (s.batch, s.varlen, s.lengths_on_host, s.seqlens_q, s.max_seqlen_q, s.max_seqlen_k) == (3, True, False, None, 9, 6)
+    with pytest.raises(ValueError, match="on the device only"):
+        list(sequences(s))
+    with pytest.raises(ValueError, match="max_seqlen_q and max_seqlen_k"):
+        check_attention_inputs(q, k, k, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, max_seqlen_k=6)
+    with pytest.raises(ValueError, match="max_seqlen_k: expected an int >= 0, got -1"):
+        check_attention_inputs(q, k, k, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, max_seqlen_q=9, max_seqlen_k=-1)
+    with pytest.raises(ValueError, match="same batch, got 3 and 2"):
+        check_attention_inputs(q, k, k, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k[:3], max_seqlen_q=9, max_seqlen_k=6)
+    with pytest.raises(ValueError, match="int32 tensor"):
+        check_attention_inputs(q, k, k, cu_seqlens_q=cu_q.long(), cu_seqlens_k=cu_k, max_seqlen_q=9, max_seqlen_k=6)

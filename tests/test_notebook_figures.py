@@ -35,6 +35,10 @@ def test_kv_cache(executed_notebooks):
         # FA3's FP8 math adds Q and P quantization on top of the storage error.
         assert err[f"{scales} | dequantized"] < err[f"{scales} | fa3_fp8"] < 1.0
     assert err["checkpoint (amax/448) | fa3_fp8"] <= err["dynamic (amax/200, /100) | fa3_fp8"]
+    # under CUDA-graph capture only providers that read cu_seqlens on the device take a varlen FP8 call
+    assert set(f["captured_varlen_fp8_providers"]) == {"vllm", "vllm-so", "fa3-fwd", "flash-attn-3", "triton"}
+    h200 = f["graph_h200_captured"]  # the H200's record: every capture replayed the eager call's bits
+    assert all(h200.values()) and {"fa3:fa3-fwd varlen", "fa3:vllm-so varlen", "triton:triton varlen"} <= set(h200)
 
 
 def test_scale_strategies(executed_notebooks):
@@ -82,6 +86,9 @@ def test_performance_record(executed_notebooks):
     sizes = f["v25_quant_sizes_low"]  # lowest round per MiB: delayed keeps 85 % from 128 MiB, per tensor too
     assert min(sizes["per-tensor delayed"]["128"], sizes["per-head delayed"]["256"]) > 0.85
     assert sizes["per-tensor delayed"]["128"] > sizes["per-tensor current (auto)"]["128"] + 0.2
+    sizes26 = f["v26_quant_sizes_low"]  # v26's launch: one wave below 4 tiles per program lifts 32 MiB
+    assert sizes26["per-head delayed"]["32"] > sizes["per-head delayed"]["32"] + 0.05
+    assert min(sizes26["per-head delayed"]["32"], sizes26["per-tensor delayed"]["32"]) > 0.83
     reverse = f["v23_reverse_gain"]  # pass 2 backwards over forwards, per size (32, 64, 128, 256 MiB)
     assert all(len(r) == 4 and min(r) > 1.0 for r in reverse.values())
     api = f["v24_api_gluon_over_api_fa3"]  # the Gluon kernel over fa3-fwd, both through fp8lab.attention

@@ -49,7 +49,7 @@ def device_of(t: torch.Tensor) -> Device:
 
 def request_of(q: torch.Tensor, shape: AttentionShape, return_lse: bool, fp8_fallback: str) -> Request:
     return Request(_DTYPE_NAMES[q.dtype], shape.head_dim, shape.head_dim_v, bool(return_lse), fp8_fallback,
-                   varlen=shape.varlen)
+                   varlen=shape.varlen, lengths_on_device=not shape.lengths_on_host)
 
 
 def _available(device: Device) -> tuple[set[str], dict[str, str]]:
@@ -137,8 +137,11 @@ def attention(
     and with return_lse=True also lse, float32 (batch, heads_q, seqlen_q) batched or
     (heads_q, total_q) varlen. Raises TypeError/ValueError for bad inputs and
     `BackendError` (a ValueError) when no provider can run the call, before any kernel runs.
-    Batched calls can be captured in a CUDA graph (`torch.cuda.graph`); the descale values
-    are then not checked (that needs a sync), and varlen calls are refused (ValueError).
+    Calls can be captured in a CUDA graph (`torch.cuda.graph`), as vLLM captures its decode steps;
+    the descale values are then not checked (that needs a sync). A captured varlen call needs
+    max_seqlen_q and max_seqlen_k (the lengths stay in cu_seqlens on the device; replays may
+    change cu_seqlens within those bounds and the token counts) and a provider that reads them
+    there (fa3, fa2, triton; `BackendError` names the others).
     """
     shape = check_attention_inputs(
         q, k, v, q_descale=q_descale, k_descale=k_descale, v_descale=v_descale,

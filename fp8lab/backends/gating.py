@@ -104,6 +104,7 @@ class Request:
     return_lse: bool = False
     fp8_fallback: str = "error"
     varlen: bool = False  # cu_seqlens given
+    lengths_on_device: bool = False  # varlen under CUDA-graph capture: the lengths cannot be read on the host
 
     def __post_init__(self) -> None:
         if self.dtype not in DTYPES:
@@ -132,6 +133,7 @@ class ProviderSpec:
     returns_lse: bool = True
     fp8_min_capability: tuple[int, int] | None = None
     varlen: bool = True  # takes cu_seqlens
+    varlen_on_device: bool = True  # reads them on the device only (so a varlen call can be captured in a CUDA graph)
 
 
 # The registry, in the default order within each backend. Names are what users
@@ -152,18 +154,19 @@ PROVIDERS: dict[str, ProviderSpec] = {
         ProviderSpec("flash-attn-2", "fa2", "flash_attn 2.x (flash_attn_func / flash_attn_varlen_func)",
                      ("bf16", "fp16"), head_dims="fa2"),
         ProviderSpec("sdpa-flash", "fa2", "torch SDPA forced to its FlashAttention-2 backend (no lse)",
-                     ("bf16", "fp16"), head_dims="fa2", returns_lse=False),
+                     ("bf16", "fp16"), head_dims="fa2", returns_lse=False, varlen_on_device=False),
         ProviderSpec("sdpa", "sdpa", "torch.nn.functional.scaled_dot_product_attention, default dispatch (cuDNN/flash/efficient/math; no lse)",
-                     ("bf16", "fp16", "fp32", "fp64"), cpu=True, min_capability=(0, 0), returns_lse=False),
+                     ("bf16", "fp16", "fp32", "fp64"), cpu=True, min_capability=(0, 0), returns_lse=False,
+                     varlen_on_device=False),
         ProviderSpec("sdpa-cudnn", "sdpa", "torch SDPA forced to cuDNN attention (no lse)",
-                     ("bf16", "fp16"), head_dims="fa3", returns_lse=False),
+                     ("bf16", "fp16"), head_dims="fa3", returns_lse=False, varlen_on_device=False),
         ProviderSpec("gluon", "triton", "fp8lab.kernels.fp8_attention_ws, our kernel with FA3's warp-specialized "
                      "schedule in Gluon (the faster one on Hopper; batched only, head dims 64/128/256)",
                      ("fp8",), capability_major=9, head_dims="gluon", varlen=False),
         ProviderSpec("triton", "triton", "fp8lab.kernels.fp8_attention, our Triton kernel",
                      ("fp8",), cpu=True, head_dims="triton", fp8_min_capability=(8, 9)),
         ProviderSpec("reference", "reference", "fp8lab.reference: attention_fa3_fp8 (FP8) / attention_exact (float64 math)",
-                     DTYPES, cpu=True, min_capability=(0, 0)),
+                     DTYPES, cpu=True, min_capability=(0, 0), varlen_on_device=False),
     )
 }
 
@@ -262,6 +265,10 @@ def provider_reasons(
             reasons.append(f"{spec.name} takes {'/'.join(spec.dtypes)}, not {req.dtype}")
     if req.varlen and not spec.varlen:
         reasons.append(f"{spec.name} takes batched inputs only, not varlen (cu_seqlens)")
+    elif req.varlen and req.lengths_on_device and (dequantize or not spec.varlen_on_device):
+        reasons.append(f"{'dequantizing for ' if dequantize else ''}{spec.name} reads the varlen sequence lengths on the "
+                       "host, which a CUDA-graph capture forbids (captured varlen calls run on fa3, fa2 and triton "
+                       "providers)")
     req_eff = Request("bf16", req.head_dim, req.head_dim_v, req.return_lse, varlen=req.varlen) if dequantize else req
     reasons += _head_dim_reasons(spec.head_dims, req_eff)
     if req.return_lse and not spec.returns_lse:

@@ -349,6 +349,9 @@ class FlashAttn2(Provider):
                 call.q, call.k, call.v, call.cu_seqlens_q, call.cu_seqlens_k, call.max_seqlen_q, call.max_seqlen_k, **kw
             )
             if lse.dim() == 3:  # flash-attn < 2.4 padded varlen lse to (batch, heads, max_seqlen_q)
+                if not call.shape.lengths_on_host:
+                    raise ValueError("flash-attn < 2.4 pads the varlen lse, which needs the lengths on the host: "
+                                     "under CUDA-graph capture call it with return_lse=False, or use flash-attn >= 2.4")
                 lse = torch.cat([lse[b, :, : n] for b, n in enumerate(call.shape.seqlens_q)], dim=1)
         else:
             out, lse, _ = flash_attn.flash_attn_func(call.q, call.k, call.v, **kw)

@@ -638,12 +638,25 @@ def quantize_fp8_static(
 
 # quantize_fp8_delayed: programs per SM (each loops over consecutive tiles; 0: one tile per program), values
 # per tile, warps (v25, run21 call 3: 0.90 of copy at 128 MiB; 16 x 2048 values x 2 warps 0.89, 16 x 4096 x 4
-# 0.86, one tile per program 0.69-0.80), and programs on the CPU (the interpreter: few, so that a program's
-# tiles cross sequences, which the tests need)
+# 0.86, one tile per program 0.69-0.80); DELAYED_SMALL_PROGRAMS_PER_SM where DELAYED_PROGRAMS_PER_SM would give
+# a program fewer than DELAYED_MIN_TILES tiles: all programs then run in one wave (4 fit per SM at 128
+# registers; v26, run22: 0.83-0.87 of copy at 32 MiB against 0.77); and programs on the CPU (the
+# interpreter: few, so that a program's tiles cross sequences, which the tests need)
 DELAYED_PROGRAMS_PER_SM = 8
+DELAYED_SMALL_PROGRAMS_PER_SM = 4
+DELAYED_MIN_TILES = 4
 DELAYED_TILE_ELEMENTS = 8192
 DELAYED_WARPS = 4
 DELAYED_CPU_PROGRAMS = 2
+
+
+def _delayed_programs(items: int, sms: int | None) -> int:
+    """Programs for `items` tiles on `sms` SMs (None: the interpreter); 0 means one per tile."""
+    if sms is None:
+        return DELAYED_CPU_PROGRAMS
+    if items < DELAYED_MIN_TILES * DELAYED_PROGRAMS_PER_SM * sms:
+        return DELAYED_SMALL_PROGRAMS_PER_SM * sms
+    return DELAYED_PROGRAMS_PER_SM * sms
 
 
 def quantize_fp8_delayed(
@@ -688,7 +701,7 @@ def quantize_fp8_delayed(
         return y, amax
     sizes, (ntiles, _) = _launch_sizes(x, heads, d, seqlen, batch, DELAYED_TILE_ELEMENTS)
     items = batch * ntiles
-    programs = (sm_count(x.device) * DELAYED_PROGRAMS_PER_SM if x.device.type == "cuda" else DELAYED_CPU_PROGRAMS) or items
+    programs = _delayed_programs(items, sm_count(x.device) if x.device.type == "cuda" else None) or items
     per_program = triton.cdiv(items, min(items, programs))
     cu = cu_seqlens if cu_seqlens is not None else x  # an unused placeholder when batched
     _delayed_kernel[(triton.cdiv(items, per_program),)](
