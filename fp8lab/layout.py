@@ -10,6 +10,7 @@ Descales are float32 (batch, heads_kv), any strides (stride 0 from expand() incl
 from __future__ import annotations
 
 import math
+import operator
 from dataclasses import dataclass
 from typing import Iterator
 
@@ -136,15 +137,21 @@ def _capturing(t: torch.Tensor) -> bool:
     return t.is_cuda and torch.cuda.is_current_stream_capturing()
 
 
-def _check_bound(name: str, given: object) -> int:
-    """A max_seqlen given for a varlen call under capture: an int >= 0."""
+def _check_bound(name: str, given: object, capturing: bool) -> int | None:
+    """A varlen call's max_seqlen: None (not given; under capture an error) or an int >= 0."""
     if given is None:
-        raise ValueError(f"{name}: a varlen call captured in a CUDA graph needs max_seqlen_q and max_seqlen_k "
-                         "(cu_seqlens cannot be read on the host while capturing; pass the longest sequence "
-                         "the replays will see, as vLLM does), got None")
-    if isinstance(given, bool) or not isinstance(given, int) or given < 0:
+        if capturing:
+            raise ValueError(f"{name}: a varlen call captured in a CUDA graph needs max_seqlen_q and max_seqlen_k "
+                             "(cu_seqlens cannot be read on the host while capturing; pass the longest sequence "
+                             "the replays will see, as vLLM does), got None")
+        return None
+    try:
+        value = operator.index(given)  # Python and NumPy integers, not floats
+    except TypeError:
+        value = None
+    if isinstance(given, bool) or value is None or value < 0:
         raise ValueError(f"{name}: expected an int >= 0, got {given!r}")
-    return given
+    return value
 
 
 def check_attention_inputs(
@@ -194,10 +201,12 @@ def check_attention_inputs(
         for name, t in (("q", q), ("k", k), ("v", v)):
             if t.dim() != 3:
                 raise ValueError(f"{name}: varlen expects (total_tokens, heads, head_dim), got shape {tuple(t.shape)}")
+        max_seqlen_q = _check_bound("max_seqlen_q", max_seqlen_q, capturing)
+        max_seqlen_k = _check_bound("max_seqlen_k", max_seqlen_k, capturing)
         if capturing:  # the lengths stay on the device: check what the host can see
             batch_q = _check_cu_seqlens_tensor("cu_seqlens_q", cu_seqlens_q, q.device)
             batch_k = _check_cu_seqlens_tensor("cu_seqlens_k", cu_seqlens_k, q.device)
-            bound_q, bound_k = _check_bound("max_seqlen_q", max_seqlen_q), _check_bound("max_seqlen_k", max_seqlen_k)
+            bound_q, bound_k = max_seqlen_q, max_seqlen_k
             lens_q = lens_k = None
         else:
             lens_q = _check_cu_seqlens("cu_seqlens_q", cu_seqlens_q, q.shape[0], q.device)

@@ -161,3 +161,16 @@ def test_varlen_under_capture_takes_the_bounds_and_reads_nothing_back(monkeypatc
         check_attention_inputs(q, k, k, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k[:3], max_seqlen_q=9, max_seqlen_k=6)
     with pytest.raises(ValueError, match="int32 tensor"):
         check_attention_inputs(q, k, k, cu_seqlens_q=cu_q.long(), cu_seqlens_k=cu_k, max_seqlen_q=9, max_seqlen_k=6)
+
+
+def test_varlen_max_seqlen_must_be_an_integer_bound():
+    import numpy as np
+
+    cu = torch.tensor([0, 3, 7], dtype=torch.int32)
+    q = torch.randn(7, 4, 64)
+    check_attention_inputs(q, q, q, cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=np.int64(4), max_seqlen_k=9)
+    for bad in (3.5, "4", True, -1):
+        with pytest.raises(ValueError, match="max_seqlen_q: expected an int >= 0"):
+            check_attention_inputs(q, q, q, cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=bad)
+    with pytest.raises(ValueError, match=r"max_seqlen_k: must be >= the longest sequence \(4\), got 3"):
+        check_attention_inputs(q, q, q, cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_k=3)

@@ -161,8 +161,8 @@ def attention(
         descales = (None, None, None)
         shape = check_attention_inputs(q, k, v, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k)
     if shape.varlen:
-        max_seqlen_q = shape.max_seqlen_q if max_seqlen_q is None else max_seqlen_q
-        max_seqlen_k = shape.max_seqlen_k if max_seqlen_k is None else max_seqlen_k
+        max_seqlen_q = shape.max_seqlen_q if max_seqlen_q is None else int(max_seqlen_q)  # checked: an integer
+        max_seqlen_k = shape.max_seqlen_k if max_seqlen_k is None else int(max_seqlen_k)
     call = providers.AttentionCall(q, k, v, shape, causal, scale, *descales, cu_seqlens_q, cu_seqlens_k,
                                    max_seqlen_q, max_seqlen_k, return_lse)
     out, lse = providers.get_provider(decision.provider).run(call)  # type: ignore[arg-type]
