@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Callable, Iterable
 
 if TYPE_CHECKING:
     import pandas as pd
+    import torch
 
 __all__ = [
     "AttentionCase",
@@ -30,6 +31,7 @@ __all__ = [
     "records_frame",
     "roofline_tflops",
     "bench_grid",
+    "capture_graph",
     "clocks_while_timed",
     "load_results",
     "mbarrier_waits",
@@ -137,6 +139,24 @@ def median_ms(fn: Callable[[], object], warmup_ms: int = 25, rep_ms: int = 100) 
     from triton.testing import do_bench
 
     return float(do_bench(fn, warmup=warmup_ms, rep=rep_ms, return_mode="median"))
+
+
+def capture_graph(fn: Callable[[], object]) -> tuple[torch.cuda.CUDAGraph, object]:
+    """Capture `fn()` in a CUDA graph, as vLLM captures a decode step: one eager call on a side
+    stream first (Triton compiles, allocators warm up: neither may happen inside a capture), then
+    the captured call. Returns (graph, what the captured call returned); each `graph.replay()`
+    reruns the kernels on whatever the captured tensors hold then, writing into those outputs."""
+    import torch
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = fn()
+    return graph, out
 
 
 def median_ms_graph(fn: Callable[[], object], rep_ms: int = 100) -> float:

@@ -247,14 +247,7 @@ if torch.cuda.is_available():
         return fp8lab.attention(q_, k_, v_, q_descale=dq, k_descale=dk, v_descale=dv, causal=True, **cu_args)
 
     try:
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            decode_step()  # compiles and allocates outside the capture
-        torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            replayed = decode_step()
+        graph, replayed = bench.capture_graph(decode_step)  # an eager warm-up call, then the capture
         dev_args[0].copy_(kvcache.scaled_fp8_quant(torch.randn(q.shape, generator=g), qs))  # the next step's query
         graph.replay()
         same = bool(torch.equal(replayed, decode_step()))

@@ -50,14 +50,7 @@ def main(out: str) -> None:
                 print(rows[-1], flush=True)
                 continue
             try:
-                stream = torch.cuda.Stream()
-                stream.wait_stream(torch.cuda.current_stream())
-                with torch.cuda.stream(stream):
-                    call()
-                torch.cuda.current_stream().wait_stream(stream)
-                graph = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(graph):
-                    captured = call()
+                graph, captured = bench.capture_graph(call)
                 q2, k2, v2, ds2 = fresh(b, s, h, hk, d)
                 for dst, src in zip((q, k, v, *ds), (q2, k2, v2, *ds2)):
                     dst.copy_(src.reshape(dst.shape))

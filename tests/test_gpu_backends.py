@@ -32,7 +32,7 @@ import pytest
 import torch
 from bounds import fp8_qk_accumulation_term, max_abs_score_terms
 
-from fp8lab import reference
+from fp8lab import bench, reference
 from fp8lab.backends import BackendError, attention, gating
 from fp8lab.layout import check_attention_inputs, sequences
 
@@ -286,14 +286,7 @@ def test_fp8_call_captures_in_a_cuda_graph(provider, varlen):
         lens = dict(cu_seqlens_q=cu, cu_seqlens_k=cu, **bounds) if varlen else {}
         return attention(q, k, v, causal=True, backend=backend, q_descale=dq, k_descale=dk, v_descale=dv, **lens)
 
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        call()  # compiles and allocates outside the capture
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        out = call(max_seqlen_q=256, max_seqlen_k=256)
+    graph, out = bench.capture_graph(lambda: call(max_seqlen_q=256, max_seqlen_k=256))
     for dst, src in zip(live, inputs([203, 203] if varlen else [150, 256])):
         dst.copy_(src)
     graph.replay()
