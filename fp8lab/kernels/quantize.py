@@ -24,7 +24,7 @@ only question is how many times the data crosses HBM.
 - Delayed scaling (TransformerEngine's, `quantize_fp8_delayed` / `quantize_delayed`): the
   descale comes from earlier calls' amaxes, so nothing waits for this x: one pass casts it and
   records its per-(sequence, kv head) amax for the next call (0.90 of copy per head at 128 MiB
-  on the H200, v25; docs/kernel-notes.md).
+  on the H200, v25; 0.84-0.86 at 32 MiB since v26 launches one wave there; docs/kernel-notes.md).
 
 Conventions (FA3's): ``descale = amax / 448`` (float32), ``x ~= x_fp8 * descale``,
 per-head and per-tensor descales are ``(batch, heads_kv)``; the per-tensor one is
