@@ -649,11 +649,10 @@ v25_issue
 # against torch at every size), per tensor too, with one descale for all heads (a stride-0 expand):
 
 # %%
-sizes = pd.DataFrame(bench.load_results(rdir / "bench_v25_quant_sizes.json")["rows"]).dropna(subset=["kernel"])
-sizes["mib"] = sizes["mib"].astype(int)
+sizes = explain.quant_sizes(rdir / "bench_v25_quant_sizes.json")
 plots.plot_quant_sizes(sizes)
 plt.show()
-size_table = sizes.pivot_table(index="kernel", columns="mib", values="frac_copy_graph", aggfunc="min", sort=False)
+size_table = explain.quant_size_table(sizes)
 record("v25_quant_sizes_low", {k: {int(m): round(float(v), 3) for m, v in row.items()} for k, row in size_table.iterrows()})
 size_table.round(3)
 
@@ -676,11 +675,10 @@ size_table.round(3)
 # after the change (`bench_v26_quant_sizes.*`, call 2):
 
 # %%
-sizes26 = pd.DataFrame(bench.load_results(rdir / "bench_v26_quant_sizes.json")["rows"]).dropna(subset=["kernel"])
-sizes26["mib"] = sizes26["mib"].astype(int)
-plots.plot_quant_sizes(sizes26)
+sizes26 = explain.quant_sizes(rdir / "bench_v26_quant_sizes.json")
+plots.plot_quant_sizes(sizes26, title="One wave of programs below 4 tiles each: delayed scaling keeps up from 32 MiB")
 plt.show()
-size_table26 = sizes26.pivot_table(index="kernel", columns="mib", values="frac_copy_graph", aggfunc="min", sort=False)
+size_table26 = explain.quant_size_table(sizes26)
 record("v26_quant_sizes_low", {k: {int(m): round(float(v), 3) for m, v in row.items()}
                                for k, row in size_table26.iterrows()})
 size_table26.round(3)

@@ -25,7 +25,7 @@ from fp8lab.reference.exact import dequantize
 from fp8lab.scaling import ScaleStrategy, quantize
 
 __all__ = ["cast_demo", "consumer_registers", "delayed_kernel_check", "folded_scale_error", "kernel_ratios",
-           "key_order_values", "p_grid_fractions", "p_register_layout", "quant_split_table", "tuning_record",
+           "key_order_values", "p_grid_fractions", "p_register_layout", "quant_size_table", "quant_sizes", "quant_split_table", "tuning_record",
            "v10_record", "v11_record",
            "v12_consumers_record", "v12_record", "v19_persistent_record", "v20_dynamic_record", "v21_causal_grids",
            "v22_quant_profile", "v23_after_compile", "v23_swing", "v_layout_costs", "ws_record"]
@@ -347,6 +347,19 @@ def quant_split_table(shapes: pd.DataFrame, copy_tbps: float | None = None) -> p
         frac = frac * shapes["copy_tbps_graph"] / copy_tbps
     table = shapes.assign(frac=frac).groupby(["kernel", "batch"], sort=False)["frac"].agg(["min", "max"]).round(3)
     return table.unstack("batch").swaplevel(axis=1).sort_index(axis=1, level=0, sort_remaining=False)
+
+
+def quant_sizes(path: str | Path) -> pd.DataFrame:
+    """A size sweep of the quantization kernels (`probe_quant_delayed.py --sizes`, e.g.
+    `bench_v26_quant_sizes.json`): one row per (round, size, kernel) timing, mib as int."""
+    df = pd.DataFrame(load_results(path)["rows"]).dropna(subset=["kernel"])
+    return df.assign(mib=df["mib"].astype(int))
+
+
+def quant_size_table(sizes: pd.DataFrame) -> pd.DataFrame:
+    """`quant_sizes` as a table: per kernel (rows, in the record's order) and MiB (columns), the
+    lowest fraction of the same-size copy over the rounds."""
+    return sizes.pivot_table(index="kernel", columns="mib", values="frac_copy_graph", aggfunc="min", sort=False)
 
 
 def delayed_kernel_check(series: list[torch.Tensor], strategies: dict[str, Callable[[], ScaleStrategy]],

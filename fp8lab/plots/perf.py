@@ -87,7 +87,9 @@ def plot_quant_bandwidth(df: pd.DataFrame, ax: plt.Axes | None = None) -> plt.Ax
     return ax
 
 
-def plot_quant_sizes(df: pd.DataFrame, target: float = 0.85, ax: plt.Axes | None = None) -> plt.Axes:
+def plot_quant_sizes(df: pd.DataFrame, target: float = 0.85, ax: plt.Axes | None = None,
+                     title: str = "A scale known before x needs one pass: delayed scaling keeps up from 128 MiB"
+                     ) -> plt.Axes:
     """Lines: each quantization kernel's `frac_copy_graph` against the size of x (columns kernel,
     mib, frac_copy_graph; repeats as the band), with the target line."""
     ax = ax or plt.subplots(figsize=(8, 4))[1]
@@ -100,7 +102,7 @@ def plot_quant_sizes(df: pd.DataFrame, target: float = 0.85, ax: plt.Axes | None
             transform=ax.get_yaxis_transform())
     ax.set_xlabel("MiB of bf16 x (1 x tokens x 32 heads x 128)")
     ax.set_ylabel("useful bandwidth / this run's copy")
-    ax.set_title("A scale known before x needs one pass: delayed scaling keeps up from 128 MiB")
+    ax.set_title(title)
     ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
     return ax
 
