@@ -32,6 +32,7 @@ __all__ = [
     "roofline_tflops",
     "bench_grid",
     "capture_graph",
+    "case_calls",
     "clocks_while_timed",
     "load_results",
     "mbarrier_waits",
@@ -181,6 +182,48 @@ def bench_grid(
         for s in seqlens
         for c in causal
     ]
+
+
+def case_calls(case: AttentionCase, *, device: str = "cuda", seed: int = 0) -> dict[str, Callable[[], object]]:
+    """The grid's providers on one case, as calls for `interleaved_times`, labelled as the records are.
+
+    Inputs: N(0, 1) bf16 q, k, v of `case`'s shape, quantized per kv head by `quantize_fp8`
+    (random descales, never ones). "fp8lab": the Triton kernel with V pre-transposed;
+    "fp8lab ws": the Gluon kernel with `key_ordered_vt` (Hopper only); where found, "fa3-fwd FP8",
+    "vLLM FA3 FP8 varlen" (vLLM's package or its library alone) and "fa3-fwd bf16" (N(0, 1) bf16
+    inputs), through `prepare_attention`: checked once, then the provider alone, as the grid
+    called them. V's copies are made here, outside the timing, as in the grid.
+    """
+    import torch
+
+    from fp8lab.backends import prepare_attention, probe_all
+    from fp8lab.kernels import fp8_attention, key_ordered_vt, pretranspose_v, quantize_fp8
+    from fp8lab.kernels.attention_ws import fp8_attention_ws, ws_supported
+
+    gen = torch.Generator(device=device).manual_seed(seed)
+    shape = (case.batch, case.seqlen)
+    x = [torch.randn(*shape, h, case.head_dim, device=device, generator=gen).to(torch.bfloat16)
+         for h in (case.heads_q, case.heads_kv, case.heads_kv)]
+    (q, qd), (k, kd), (v, vd) = (quantize_fp8(t, "head", heads_kv=case.heads_kv) for t in x)
+    causal = case.causal
+    vt = pretranspose_v(v)
+    calls: dict[str, Callable[[], object]] = {
+        "fp8lab": lambda: fp8_attention(q, k, vt, qd, kd, vd, causal=causal)}
+    if ws_supported(torch.device(device)):
+        vk = key_ordered_vt(v)
+        calls["fp8lab ws"] = lambda: fp8_attention_ws(q, k, vk, q_descale=qd, k_descale=kd, v_descale=vd,
+                                                      causal=causal)
+    found = {name for name, (ok, _) in probe_all().items() if ok} if torch.device(device).type == "cuda" else set()
+    fp8 = dict(q_descale=qd, k_descale=kd, v_descale=vd, causal=causal)
+    if "fa3-fwd" in found:
+        calls["fa3-fwd FP8"] = prepare_attention(q, k, v, backend="fa3:fa3-fwd", **fp8)
+    vllm = next((p for p in ("vllm", "vllm-so") if p in found), None)
+    if vllm is not None:
+        calls["vLLM FA3 FP8 varlen"] = prepare_attention(q, k, v, backend=f"fa3:{vllm}", **fp8)
+    if "fa3-fwd" in found:
+        qb, kb, vb = (torch.randn(t.shape, device=device, generator=gen).to(torch.bfloat16) for t in (q, k, v))
+        calls["fa3-fwd bf16"] = prepare_attention(qb, kb, vb, backend="fa3:fa3-fwd", causal=causal)
+    return calls
 
 
 TIME_FORMAT = "%Y/%m/%d %H:%M:%S.%f"  # a timing's start and end stamps, as nvidia-smi writes its log

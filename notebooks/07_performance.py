@@ -31,9 +31,10 @@
 smoke: bool = False  # CI: the same recorded data, nothing heavy either way
 results_dir: str = "auto"  # auto: results/h200 of this checkout
 record_version: str = "v23"  # which run's grid to show (v23: medians of interleaved rounds; v21, v20, v19, v12, v11, v10, v5, v2 one median each)
-run_live: bool = False  # on a Hopper GPU, also time our kernel on one case now
-live_seqlen: int = 8192  # the live case: 16384 // live_seqlen sequences of this length
+run_live: bool = True  # on a Hopper GPU (not in smoke runs): time one case of the grid now, about 30 s
+live_seqlen: int = 8192  # the live case: 16384 // live_seqlen sequences of this length, 32 heads
 live_head_dim: int = 128
+live_causal: bool = False
 
 # %% [markdown]
 # *Setup (skippable): imports and paths.*
@@ -765,35 +766,38 @@ overhead.round(3)
 # call while the GPU still runs this one. With it, the GPU waits for the host: for validation, for
 # the backend decision and for the launch, and the Gluon kernel's launch takes more host time than
 # FA3's. On an 8 ms call the extra time is within the run's spread. `key_ordered_vt` adds 0.02 ms.
-# Where a loop calls attention on short sequences, call the kernels directly. Otherwise the API's
+# Where a loop calls attention on short sequences over the same buffers, `fp8lab.prepare_attention`
+# does the checks and the decision once and returns a call that runs the provider alone (the live
+# timing below uses it); or call the kernels directly. Otherwise the API's
 # checks are what stop a NaN descale before it becomes a NaN output.
 
 # %% [markdown]
-# ## Live (optional, Hopper only)
+# ## Live (Hopper only)
 #
-# Both fp8lab kernels on one non-causal case of the grid, timed as v23 timed it: five interleaved
-# rounds after 1.5 s of load (`bench.interleaved_times`), medians, next to the recorded grid's
-# FA3 FP8 for the same case.
+# One case of the grid, timed now as v23 timed it: every provider found here on the same inputs
+# (`bench.case_calls`: our two kernels, and fa3-fwd and vLLM's FA3 where installed, each checked
+# once by `prepare_attention` and then called alone), five interleaved rounds after 1.5 s of load
+# (`bench.interleaved_times`), medians, beside the recorded grid.
 
 # %%
-if run_live and torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9:
-    from fp8lab.kernels import fp8_attention, fp8_attention_ws, key_ordered_vt, pretranspose_v, quantize_fp8
-
-    b, s, d = 16384 // live_seqlen, live_seqlen, live_head_dim
-    x = [torch.randn(b, s, 32, d, device="cuda", dtype=torch.bfloat16) for _ in range(3)]
-    (q, qd), (k, kd), (v, vd) = (quantize_fp8(t, "head") for t in x)
-    vt, vk = pretranspose_v(v), key_ordered_vt(v)
-    live = pd.DataFrame(bench.interleaved_times({
-        "fp8lab": lambda: fp8_attention(q, k, vt, qd, kd, vd),
-        "fp8lab ws": lambda: fp8_attention_ws(q, k, vk, q_descale=qd, k_descale=kd, v_descale=vd),
-    }, sync=torch.cuda.synchronize))
-    live["tflops"] = bench.tflops(bench.attention_flops(b, s, s, 32, d, False), live["ms"])
-    case = bench.AttentionCase(b, s, 32, 32, d, False).label()
-    recorded = grid[grid["case"] == case].set_index("provider")["tflops"].rename(f"recorded ({record_version})")
-    print(pd.concat([live.groupby("provider")["tflops"].median().rename("live, median of 5 rounds"), recorded],
-                    axis=1).round(0))
+if run_live and not smoke and torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9:
+    live_case = bench.AttentionCase(16384 // live_seqlen, live_seqlen, 32, 32, live_head_dim, live_causal)
+    live = pd.DataFrame(bench.interleaved_times(bench.case_calls(live_case), sync=torch.cuda.synchronize))
+    if "error" in live:
+        for row in live[live["error"].notna()].itertuples():
+            print(f"{row.provider} failed: {row.error}")
+    live["tflops"] = bench.tflops(live_case.flops(), live["ms"])
+    live_tflops = live.groupby("provider", sort=False)["tflops"].median()
+    recorded = grid[grid["case"] == live_case.label()].set_index("provider")["tflops"]
+    live_table = pd.concat([live_tflops.rename("live, median of 5 rounds"),
+                            recorded.rename(f"recorded ({record_version})")], axis=1)
+    if "fa3-fwd FP8" in live_tflops:
+        live_table["live / FA3 FP8"] = live_tflops / live_tflops["fa3-fwd FP8"]
+    record("live_tflops", {"case": live_case.label(), **live_tflops.round(1).to_dict()})
+    print(f"{live_case.label()} on {env.context().get('gpu')}")
+    display(live_table.round(3))  # noqa: F821 - IPython
 else:
-    print("live timing skipped (needs run_live=True and a Hopper GPU)")
+    print("live timing skipped (needs a Hopper GPU, run_live=True and smoke=False)")
 
 # %% [markdown]
 # ## Summary

@@ -105,6 +105,38 @@ def test_auto_with_lse_on_cpu_falls_to_the_reference():
     assert lse.shape == (1, 2, 16)
 
 
+# ----------------------------------------------------------------------------- prepare_attention
+
+@pytest.mark.parametrize("varlen", [False, True])
+def test_prepared_call_checks_once_and_reads_the_buffers_each_call(monkeypatch, varlen):
+    lengths = [37, 70] if varlen else None
+    (q, k, v), (qd, kd, vd) = fp8_inputs(2, 37, 37, 4, 2, 64, lengths)
+    kw = dict(cu_seqlens_q=cu(lengths), cu_seqlens_k=cu(lengths)) if varlen else {}
+    kw.update(q_descale=qd, k_descale=kd, v_descale=vd, causal=True, return_lse=True)
+    checks = []
+    original = api.check_attention_inputs
+    monkeypatch.setattr(api, "check_attention_inputs", lambda *a, **k: checks.append(1) or original(*a, **k))
+    prepared = api.prepare_attention(q, k, v, **kw)
+    assert prepared.provider == "reference" and len(checks) == 1
+    first = prepared()
+    q.copy_(cast_to_fp8(randn(*q.shape) * 30))  # a new step's queries, written into the same buffer
+    qd.mul_(1.5)
+    second = prepared()
+    assert len(checks) == 1
+    for got, want in zip(second, attention(q, k, v, **kw)):
+        assert torch.equal(got, want)
+    assert not torch.equal(first[0], second[0])
+
+
+def test_prepared_dequantize_fallback_dequantizes_each_call():
+    (q, k, v), (qd, kd, vd) = fp8_inputs(1, 40, 40, 4, 2, 64)
+    kw = dict(q_descale=qd, k_descale=kd, v_descale=vd, backend="sdpa", fp8_fallback="dequantize")
+    prepared = api.prepare_attention(q, k, v, **kw)
+    assert prepared.decision.dequantize and prepared.provider == "sdpa"
+    kd.mul_(2.0)
+    assert torch.equal(prepared(), attention(q, k, v, **kw))
+
+
 # ----------------------------------------------------------------------------- dequantize fallback
 
 @pytest.mark.parametrize("varlen", [False, True])
@@ -222,10 +254,11 @@ BAD_INPUTS = [
 
 
 @pytest.mark.parametrize("make, error, match", [b[1:] for b in BAD_INPUTS], ids=[b[0] for b in BAD_INPUTS])
-def test_bad_input_fails_before_any_kernel(no_kernel, make, error, match):
+@pytest.mark.parametrize("entry", [attention, api.prepare_attention], ids=["attention", "prepare_attention"])
+def test_bad_input_fails_before_any_kernel(no_kernel, make, error, match, entry):
     q, k, v, kw = make()
     with pytest.raises(error, match=match):
-        attention(q, k, v, **kw)
+        entry(q, k, v, **kw)
 
 
 def test_triton_head_dim_rejection_for_fa3_on_simulated_hopper(monkeypatch, no_kernel):

@@ -234,3 +234,13 @@ def test_nsight_compute_exports_read(tmp_path):
     for page, reader in (("raw", bench.read_ncu_sass), ("sass", bench.read_ncu_raw)):  # each refuses the other
         with pytest.raises(ValueError, match="Nsight Compute"):
             reader(tmp_path / f"{page}.csv")
+
+
+def test_case_calls_on_the_cpu_run_the_triton_kernel_on_seeded_inputs():
+    case = bench.AttentionCase(1, 40, 2, 1, 32, True)
+    calls = bench.case_calls(case, device="cpu")
+    assert set(calls) == {"fp8lab"}  # the Gluon kernel and the production kernels need a GPU
+    out = calls["fp8lab"]()
+    assert out.shape == (1, 40, 2, 32) and out.dtype.is_floating_point and bool(out.float().isfinite().all())
+    assert bench.case_calls(case, device="cpu")["fp8lab"]().equal(out)
+    assert not bench.case_calls(case, device="cpu", seed=1)["fp8lab"]().equal(out)

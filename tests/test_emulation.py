@@ -299,3 +299,37 @@ def test_mma_with_tiny_float64_values_stays_finite():
         out = mma(a, b, None, AccumulatorModel(13, alignment=alignment))
         assert bool(torch.isfinite(out).all())
         torch.testing.assert_close(out, a @ b, rtol=1e-3, atol=0)
+
+
+def test_measure_fidelity_runs_the_script_and_loads_its_record(tmp_path):
+    """The dry run (CPU, the emulation standing in for FA3) goes through the notebook's live path."""
+    from fp8lab.reference.experiments import measure_fidelity
+
+    rec = measure_fidelity(tmp_path / "f.json", budget_s=2, dry_run=True)
+    assert (tmp_path / "f.json").is_file() and rec["context"]["torch"]
+    measured = [c for c in rec["cases"] if c.get("providers")]
+    assert measured and set(measured[0]["providers"]) == {"emulation-as-provider"}
+
+
+def _fake_script(tmp_path, body: str):
+    script = tmp_path / "fake_fidelity.py"
+    script.write_text("import json, sys\nout = sys.argv[sys.argv.index('--out') + 1]\n" + body)
+    return script
+
+
+@pytest.mark.parametrize("body, match", [
+    ("print('kernel blew up'); sys.exit(3)", "exited with 3 and wrote no record:\nkernel blew up"),
+    ("json.dump({'cases': [{'providers': {}}], 'notes': ['fa3-fwd unavailable: ImportError']}, open(out, 'w'))",
+     "no production FA3 kernel was measured: fa3-fwd unavailable: ImportError"),
+])
+def test_measure_fidelity_says_why_it_has_no_measurement(tmp_path, monkeypatch, body, match):
+    from fp8lab.reference import experiments
+
+    monkeypatch.setattr(experiments, "FIDELITY_SCRIPT", _fake_script(tmp_path, body))
+    with pytest.raises(RuntimeError, match=match):
+        experiments.measure_fidelity(tmp_path / "f.json")
+    monkeypatch.setattr(experiments, "FIDELITY_SCRIPT", tmp_path / "missing.py")
+    with pytest.raises(FileNotFoundError, match="missing.py, which comes with a clone"):
+        experiments.measure_fidelity(tmp_path / "f.json")
+    with pytest.raises(ValueError, match="budget_s: expected seconds > 0, got 0"):
+        experiments.measure_fidelity(tmp_path / "f.json", budget_s=0)

@@ -304,3 +304,36 @@ def test_fp8_into_fa2_on_this_gpu_is_a_clear_error():
     q = torch.zeros(1, 8, 2, 64, device=DEVICE).to(torch.float8_e4m3fn)
     with pytest.raises(BackendError, match="FA2 cannot run FP8|not installed|not found"):
         attention(q, q, q, backend="fa2")
+
+
+@pytest.mark.parametrize("provider", FP8_PROVIDERS)
+def test_prepared_call_equals_attention(provider):
+    """`prepare_attention` checks once; its calls give `attention`'s bits, and follow in-place writes."""
+    from fp8lab.backends import prepare_attention
+
+    backend, _ = _runnable(provider, "fp8", 128, False)
+    _deadline()
+    g = torch.Generator(device=DEVICE).manual_seed(7)
+    q, k, v = (torch.randn(2, 203, h, 128, generator=g, device=DEVICE).mul(3).to(torch.float8_e4m3fn)
+               for h in (4 * HEADS_KV, HEADS_KV, HEADS_KV))
+    kw = dict(causal=True, backend=backend, **{n: torch.rand(2, HEADS_KV, generator=g, device=DEVICE) * 0.1 + 0.01
+                                               for n in ("q_descale", "k_descale", "v_descale")})
+    prepared = prepare_attention(q, k, v, **kw)
+    assert torch.equal(prepared(), attention(q, k, v, **kw))
+    kw["k_descale"].mul_(2.0)
+    assert torch.equal(prepared(), attention(q, k, v, **kw))
+
+
+@pytest.mark.hopper
+def test_case_calls_run_every_provider_on_the_same_inputs():
+    """notebook 07's live timing: every FP8 call of one grid case computes the same attention."""
+    if DEVICE != "cuda":
+        pytest.skip("needs the GPU")
+    calls = bench.case_calls(bench.AttentionCase(2, 512, 4, 4, 128, True))
+    assert {"fp8lab", "fp8lab ws"} <= set(calls)
+    outs = {name: (r[0] if isinstance(r, tuple) else r) for name, r in ((n, fn()) for n, fn in calls.items())}
+    ours = outs["fp8lab"].double()
+    for name, out in outs.items():
+        assert out.shape == (2, 512, 4, 128) and out.dtype == torch.bfloat16, name
+        if "bf16" not in name:
+            assert ((out.double() - ours).norm() / ours.norm()).item() < 0.02, name

@@ -14,6 +14,8 @@ a clear `TypeError`/`ValueError` and never a crash inside a kernel.
 
 from __future__ import annotations
 
+import dataclasses
+from dataclasses import dataclass
 
 import torch
 
@@ -21,7 +23,10 @@ from fp8lab.backends import gating, providers
 from fp8lab.backends.gating import Decision, Device, Request
 from fp8lab.layout import AttentionShape, check_attention_inputs, check_softmax_scale
 
-__all__ = ["BackendError", "attention", "choose_backend", "device_of", "dequantize_inputs", "request_of"]
+__all__ = [
+    "BackendError", "PreparedAttention", "attention", "choose_backend", "device_of", "dequantize_inputs",
+    "prepare_attention", "request_of",
+]
 
 _DTYPE_NAMES = {
     torch.float8_e4m3fn: "fp8",
@@ -142,6 +147,75 @@ def attention(
     max_seqlen_q and max_seqlen_k (the lengths stay in cu_seqlens on the device; replays may
     change cu_seqlens within those bounds and the token counts) and a provider that reads them
     there (fa3, fa2, triton; `BackendError` names the others).
+    `prepare_attention` takes the same arguments and does the checks and the decision once.
+    """
+    return prepare_attention(
+        q, k, v, causal=causal, softmax_scale=softmax_scale, q_descale=q_descale, k_descale=k_descale,
+        v_descale=v_descale, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q,
+        max_seqlen_k=max_seqlen_k, backend=backend, return_lse=return_lse, fp8_fallback=fp8_fallback,
+    )()
+
+
+@dataclass(frozen=True)
+class PreparedAttention:
+    """An attention call checked and decided once. Calling it runs `provider` on the same tensors.
+
+    The tensors are held, not copied: values written into them in place (a new decode step's
+    q, say) are used by the next call, as in a CUDA graph's replay, but are not checked again
+    (a NaN descale written later reaches the kernel). Made by `prepare_attention`.
+    """
+
+    decision: Decision
+    call: providers.AttentionCall
+
+    @property
+    def provider(self) -> str:
+        """The provider that runs, e.g. "fa3-fwd"."""
+        return self.decision.provider  # type: ignore[return-value]
+
+    def __call__(self) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        """out, or (out, lse) when prepared with return_lse=True (shapes as `attention`)."""
+        call = self.call
+        if self.decision.dequantize:
+            q, k, v = dequantize_inputs(call.q, call.k, call.v, call.shape, *call.descales.values())
+            shape = check_attention_inputs(q, k, v, cu_seqlens_q=call.cu_seqlens_q, cu_seqlens_k=call.cu_seqlens_k)
+            call = dataclasses.replace(call, q=q, k=k, v=v, shape=shape, q_descale=None, k_descale=None,
+                                       v_descale=None)
+        out, lse = providers.get_provider(self.provider).run(call)
+        expected = (*call.q.shape[:-1], call.shape.head_dim_v)
+        if tuple(out.shape) != expected or out.dtype != call.out_dtype:
+            raise RuntimeError(f"provider {self.provider} returned out {tuple(out.shape)} {out.dtype}, "
+                               f"expected {expected} {call.out_dtype}")
+        if not call.return_lse:
+            return out
+        if lse is None:
+            raise RuntimeError(f"provider {self.provider} returned no lse although gating said it does")
+        return out, lse
+
+
+def prepare_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    causal: bool = False,
+    softmax_scale: float | None = None,
+    q_descale: torch.Tensor | None = None,
+    k_descale: torch.Tensor | None = None,
+    v_descale: torch.Tensor | None = None,
+    cu_seqlens_q: torch.Tensor | None = None,
+    cu_seqlens_k: torch.Tensor | None = None,
+    max_seqlen_q: int | None = None,
+    max_seqlen_k: int | None = None,
+    backend: str = "auto",
+    return_lse: bool = False,
+    fp8_fallback: str = "error",
+) -> PreparedAttention:
+    """`attention`'s checks and decision, done once: the returned object runs the call each time it is called.
+
+    Arguments, errors and results as `attention` (`prepare_attention(...)()` is `attention(...)`).
+    For timing a provider without the checks (the descale check syncs the device) and for loops
+    over the same buffers. `.provider` says which provider it chose.
     """
     shape = check_attention_inputs(
         q, k, v, q_descale=q_descale, k_descale=k_descale, v_descale=v_descale,
@@ -154,25 +228,9 @@ def attention(
     decision = _decide(q, shape, backend, return_lse, fp8_fallback)
     if not decision.ok:
         raise BackendError(decision.error_message(backend), decision)
-
-    descales = (q_descale, k_descale, v_descale)
-    if decision.dequantize:
-        q, k, v = dequantize_inputs(q, k, v, shape, *descales)
-        descales = (None, None, None)
-        shape = check_attention_inputs(q, k, v, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k)
     if shape.varlen:
         max_seqlen_q = shape.max_seqlen_q if max_seqlen_q is None else int(max_seqlen_q)  # checked: an integer
         max_seqlen_k = shape.max_seqlen_k if max_seqlen_k is None else int(max_seqlen_k)
-    call = providers.AttentionCall(q, k, v, shape, causal, scale, *descales, cu_seqlens_q, cu_seqlens_k,
-                                   max_seqlen_q, max_seqlen_k, return_lse)
-    out, lse = providers.get_provider(decision.provider).run(call)  # type: ignore[arg-type]
-
-    expected = (*q.shape[:-1], shape.head_dim_v)
-    if tuple(out.shape) != expected or out.dtype != call.out_dtype:
-        raise RuntimeError(f"provider {decision.provider} returned out {tuple(out.shape)} {out.dtype}, "
-                           f"expected {expected} {call.out_dtype}")
-    if not return_lse:
-        return out
-    if lse is None:
-        raise RuntimeError(f"provider {decision.provider} returned no lse although gating said it does")
-    return out, lse
+    call = providers.AttentionCall(q, k, v, shape, causal, scale, q_descale, k_descale, v_descale,
+                                   cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, return_lse)
+    return PreparedAttention(decision, call)

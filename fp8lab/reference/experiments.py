@@ -8,6 +8,8 @@ plots and explains.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pandas as pd
@@ -26,6 +28,7 @@ __all__ = [
     "attribution_table",
     "fidelity_table",
     "load_fidelity",
+    "measure_fidelity",
     "long_context_record",
     "long_context_table",
     "max_offset_table",
@@ -197,6 +200,43 @@ def long_context_table(seqlens: tuple[int, ...], *, queries: int = 16, heads: in
 def load_fidelity(path: str | Path) -> dict:
     """The recorded fidelity measurement (scripts/gpu_fidelity.py output)."""
     return json.loads(Path(path).read_text())
+
+
+FIDELITY_SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "gpu_fidelity.py"
+
+
+def measure_fidelity(out: str | Path, *, budget_s: float = 120.0, vllm_lib: str | Path | None = None,
+                     dry_run: bool = False) -> dict:
+    """Measure the emulation against production FA3 now (`scripts/gpu_fidelity.py`) and load the record.
+
+    Needs a Hopper GPU with fa3-fwd (and `vllm_lib`, vLLM's `_vllm_fa3_C.abi3.so`, for its kernel
+    too) and a clone of fp8lab, which holds the script. `dry_run`: tiny shapes on the CPU with the
+    emulation standing in for FA3 (checks the plumbing, measures nothing). The script runs in its
+    own process (a crash in a production kernel cannot take the caller down). Raises
+    FileNotFoundError without the script, and RuntimeError, with the script's last lines or notes,
+    when it fails or finds no FA3 kernel to measure.
+    """
+    if not budget_s > 0:
+        raise ValueError(f"budget_s: expected seconds > 0, got {budget_s!r}")
+    if not FIDELITY_SCRIPT.is_file():
+        raise FileNotFoundError(f"measure_fidelity needs {FIDELITY_SCRIPT}, which comes with a clone of fp8lab "
+                                "(an installed package has no scripts/)")
+    out = Path(out)
+    out.unlink(missing_ok=True)
+    cmd = [sys.executable, str(FIDELITY_SCRIPT), "--out", str(out), "--budget-s", str(budget_s)]
+    if vllm_lib is not None:
+        cmd += ["--vllm-lib", str(vllm_lib)]
+    if dry_run:
+        cmd.append("--dry-run")
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0 or not out.is_file():
+        tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-8:])
+        raise RuntimeError(f"{FIDELITY_SCRIPT.name} exited with {proc.returncode}"
+                           f"{'' if out.is_file() else ' and wrote no record'}:\n{tail}")
+    record = load_fidelity(out)
+    if not any(case.get("providers") for case in record["cases"]):
+        raise RuntimeError("no production FA3 kernel was measured: " + "; ".join(record.get("notes", [])))
+    return record
 
 
 def _variant_for(provider: str, case: dict, variants: dict, model: str) -> str | None:
