@@ -755,7 +755,7 @@ api.round(3)
 # its direct 0.93-0.99x is widest on the short cases. One call taken apart shows why:
 
 # %%
-overhead = explain.v24_api_overhead(rdir)
+overhead = explain.api_overhead(rdir, "v24")
 record("v24_api_extra_ms", {f"{c} {v}": round(x, 3) for c, v, x in
                             zip(overhead["case"], overhead["variant"], overhead["extra ms"])})
 overhead.round(3)
@@ -766,10 +766,25 @@ overhead.round(3)
 # call while the GPU still runs this one. With it, the GPU waits for the host: for validation, for
 # the backend decision and for the launch, and the Gluon kernel's launch takes more host time than
 # FA3's. On an 8 ms call the extra time is within the run's spread. `key_ordered_vt` adds 0.02 ms.
-# Where a loop calls attention on short sequences over the same buffers, `fp8lab.prepare_attention`
-# does the checks and the decision once and returns a call that runs the provider alone (the live
-# timing below uses it); or call the kernels directly. Otherwise the API's
-# checks are what stop a NaN descale before it becomes a NaN output.
+# Otherwise the API's checks are what stop a NaN descale before it becomes a NaN output.
+#
+# Where a loop calls attention over the same buffers, `fp8lab.prepare_attention` takes the same
+# arguments, does the checks and the decision once, and returns a call that runs the provider alone
+# (the live timing below uses it). v27 timed it beside v24's variants (`bench_v27_api_overhead.json`,
+# same probe, two repeats; the 4 x 4096 x 32 x 64 call):
+
+# %%
+v27 = explain.api_overhead(rdir, "v27")
+v27 = v27[(v27["case"] == "4x4096x32x64") & v27["variant"].isin(
+    ["ws direct", "key_ordered_vt + ws", "api triton:gluon", "prepared triton:gluon",
+     "fa3 direct", "api fa3:fa3-fwd", "prepared fa3:fa3-fwd"])]
+record("v27_prepared_extra_ms", {v: round(x, 3) for v, x in zip(v27["variant"], v27["extra ms"])})
+v27.round(3)
+
+# %% [markdown]
+# The prepared fa3-fwd call costs what fa3-fwd called directly costs, and the prepared Gluon call
+# what the kernel costs with its `key_ordered_vt` copy of V (0.02 ms), while the API's own call
+# added 0.4-0.6 ms in this run (0.2-0.3 ms in v24's: the host's share varies from run to run).
 
 # %% [markdown]
 # ## Live (Hopper only)

@@ -6,7 +6,8 @@ Variants of one FP8 attention call (4 x 4096 x 32 x 64 and 1 x 16384 x 32 x 256,
 Gluon kernel on a prepared `key_ordered_vt`, with `key_ordered_vt` in the call, after a device
 sync, after `check_attention_inputs` (its descale value check syncs), through
 `fp8lab.attention(backend="triton:gluon")`; fa3-fwd directly, after a sync, and through
-`fp8lab.attention(backend="fa3:fa3-fwd")`. Per variant `do_bench`'s median and the median wall
+`fp8lab.attention(backend="fa3:fa3-fwd")`; since v27 also both through `fp8lab.prepare_attention`
+(checked once, outside the timing). Per variant `do_bench`'s median and the median wall
 time of 20 calls each between syncs; two interleaved repeats. Needs fa3-fwd.
 """
 
@@ -48,6 +49,8 @@ def main(out: str) -> None:
             "fa3 direct": fa3_direct,
             "sync + fa3": lambda: (torch.cuda.synchronize(), fa3_direct()),
             "api fa3:fa3-fwd": lambda: fp8lab.attention(q, k, v, causal=causal, backend="fa3:fa3-fwd", **ds),
+            "prepared triton:gluon": fp8lab.prepare_attention(q, k, v, causal=causal, backend="triton:gluon", **ds),
+            "prepared fa3:fa3-fwd": fp8lab.prepare_attention(q, k, v, causal=causal, backend="fa3:fa3-fwd", **ds),
         }
         for rep in range(2):
             for name, fn in variants.items():

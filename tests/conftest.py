@@ -30,6 +30,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.fixture(scope="session")
 def executed_notebooks(tmp_path_factory):
     """Run every notebook once per session at smoke sizes; {name: NotebookResult}."""
+    pytest.importorskip("papermill", reason="the notebooks run through papermill (`./kit` installs it)")
     from fp8lab.notebooks import run_notebooks
 
     out = tmp_path_factory.mktemp("notebooks")

@@ -361,9 +361,12 @@ def test_v24_records():
     ours = copies[copies["op"].isin(["pretranspose_v", "key_ordered_vt"])]
     assert ours["TB/s (graph)"].between(2.8, 3.5).all()
     assert (copies[copies["op"].str.startswith("torch")]["TB/s (graph)"] < 0.4).all()
-    cost = explain.v24_api_overhead(rdir).set_index(["case", "variant"])["extra ms"]
+    cost = explain.api_overhead(rdir, "v24").set_index(["case", "variant"])["extra ms"]
     assert 0.2 < cost[("4x4096x32x64", "api triton:gluon")] < 0.35 and 0.1 < cost[("4x4096x32x64", "sync + ws")] < 0.2
     assert abs(cost[("1x16384x32x256", "api triton:gluon")]) < 0.3
+    v27 = explain.api_overhead(rdir, "v27").set_index(["case", "variant"])["extra ms"].loc["4x4096x32x64"]
+    assert abs(v27["prepared fa3:fa3-fwd"]) < 0.05 and abs(v27["prepared triton:gluon"] - v27["key_ordered_vt + ws"]) < 0.05
+    assert 0.4 <= v27["api fa3:fa3-fwd"] < v27["api triton:gluon"] <= 0.6  # notebook 07 (g): "0.4-0.6 ms"
 
 
 def test_v12_records_and_register_counts():

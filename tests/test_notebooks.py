@@ -3,11 +3,12 @@
 import json
 import math
 
-import nbformat
 import pytest
 
 from fp8lab import notebooks
 from fp8lab.notebooks import MANIFEST, notebooks_dir, record, recorded
+
+nbformat = pytest.importorskip("nbformat", reason="the notebook tools (`./kit` installs them)")
 
 NB_DIR = notebooks_dir()
 FILES = sorted(p.stem for p in NB_DIR.glob("*.ipynb"))

@@ -24,7 +24,7 @@ from fp8lab.kernels.quantize import quantize_delayed
 from fp8lab.reference.exact import dequantize
 from fp8lab.scaling import ScaleStrategy, quantize
 
-__all__ = ["cast_demo", "consumer_registers", "delayed_kernel_check", "folded_scale_error", "kernel_ratios",
+__all__ = ["api_overhead", "cast_demo", "consumer_registers", "delayed_kernel_check", "folded_scale_error", "kernel_ratios",
            "key_order_values", "p_grid_fractions", "p_register_layout", "quant_size_table", "quant_sizes", "quant_split_table", "tuning_record",
            "v10_record", "v11_record",
            "v12_consumers_record", "v12_record", "v19_persistent_record", "v20_dynamic_record", "v21_causal_grids",
@@ -428,12 +428,12 @@ def v24_api_grid(results_dir: str | Path) -> pd.DataFrame:
     return out
 
 
-def v24_api_overhead(results_dir: str | Path) -> pd.DataFrame:
-    """One call taken apart (v24, `bench_v24_api_overhead.json`): per case and variant the median
-    milliseconds of `do_bench` and of 20 calls between syncs, over two repeats, and the extra
-    over the kernel called directly (the Gluon kernel's variants against "ws direct", fa3-fwd's
-    against "fa3 direct")."""
-    df = pd.DataFrame(load_results(Path(results_dir) / "bench_v24_api_overhead.json")["rows"])
+def api_overhead(results_dir: str | Path, version: str = "v24") -> pd.DataFrame:
+    """One call taken apart (`bench_{version}_api_overhead.json`, `scripts/probe_api_overhead.py`; v27
+    adds the calls made by `prepare_attention`): per case and variant the median milliseconds of
+    `do_bench` and of 20 calls between syncs, over two repeats, and the extra over the kernel called
+    directly (the Gluon kernel's variants against "ws direct", fa3-fwd's against "fa3 direct")."""
+    df = pd.DataFrame(load_results(Path(results_dir) / f"bench_{version}_api_overhead.json")["rows"])
     out = df.groupby(["case", "variant"], sort=False)[["do_bench_ms", "wall_ms_synced"]].median().reset_index()
     base = out["variant"].map(lambda v: "fa3 direct" if "fa3" in v else "ws direct")
     ref = out.set_index(["case", "variant"])["do_bench_ms"]
