@@ -457,7 +457,8 @@ def test_every_provider_has_an_adapter_and_a_probe_that_answers():
         assert isinstance(ok, bool) and detail, name
 
 
-@pytest.mark.skipif(not env.triton_interpret(), reason="runs the Triton kernel on CPU tensors, which needs TRITON_INTERPRET=1 (conftest sets it where there is no GPU); on a GPU the GPU-marked tests cover it")
+@pytest.mark.skipif(not env.triton_interpret(), reason="runs the Triton kernel on CPU tensors: needs TRITON_INTERPRET=1 "
+                    "(conftest sets it where there is no GPU); on a GPU the GPU-marked tests cover it")
 def test_captured_varlen_call_runs_our_kernel_from_the_bounds(monkeypatch):
     """A varlen call checked as under CUDA-graph capture (stood in for: nothing may be read back) runs the
     Triton kernel from max_seqlen_q/k alone, with the eager call's bits; without the bounds, or through a

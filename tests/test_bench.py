@@ -236,7 +236,8 @@ def test_nsight_compute_exports_read(tmp_path):
             reader(tmp_path / f"{page}.csv")
 
 
-@pytest.mark.skipif(not env.triton_interpret(), reason="runs the Triton kernel on CPU tensors, which needs TRITON_INTERPRET=1 (conftest sets it where there is no GPU); on a GPU the GPU-marked tests cover it")
+@pytest.mark.skipif(not env.triton_interpret(), reason="runs the Triton kernel on CPU tensors: needs TRITON_INTERPRET=1 "
+                    "(conftest sets it where there is no GPU); on a GPU the GPU-marked tests cover it")
 def test_case_calls_on_the_cpu_run_the_triton_kernel_on_seeded_inputs():
     case = bench.AttentionCase(1, 40, 2, 1, 32, True)
     calls = bench.case_calls(case, device="cpu")
