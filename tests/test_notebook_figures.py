@@ -96,6 +96,8 @@ def test_performance_record(executed_notebooks):
     extra = f["v24_api_extra_ms"]  # the API's cost on a 0.94 ms call, and on an 8 ms one within the spread
     assert 0.1 < extra["4x4096x32x64 api triton:gluon"] < 0.5 and extra["4x4096x32x64 key_ordered_vt + ws"] < 0.05
     assert abs(extra["1x16384x32x256 api triton:gluon"]) < 0.3
+    prepared = f["v27_prepared_extra_ms"]  # prepare_attention: the direct call's cost, not the API's
+    assert abs(prepared["prepared fa3:fa3-fwd"]) < 0.05 < 0.3 < prepared["api fa3:fa3-fwd"]
     after = f["v23_after_compile"]  # [lowest, highest ratio, grids below 0.9, grids] per way of timing
     assert after["after a compile"][2] >= 1 and after["card busy before"][2] == 0
     assert after["card busy before"][0] > after["after a compile"][0]
