@@ -25,7 +25,9 @@
 # - **(d)** the roofline: why attention is compute-bound, which ceilings apply (FP8 GEMM, bf16 GEMM, the exp2 unit);
 # - **(e)** what fused FP8 quantization costs against the device copy;
 # - **(f)** an open question: why vLLM's FP8 varlen path is slower;
-# - **(g)** what the kit's own call, `fp8lab.attention`, adds to our kernels and to FA3's.
+# - **(g)** what the kit's own call, `fp8lab.attention`, adds to our kernels and to FA3's, and how
+#   `fp8lab.prepare_attention` takes it away;
+# - and on a Hopper GPU, one case of the grid timed live, every provider found on the same inputs.
 
 # %% tags=["parameters"]
 smoke: bool = False  # CI: the same recorded data, nothing heavy either way
@@ -837,6 +839,9 @@ else:
 #   head-major x in 2-16 sequences, per-token and static everywhere. Delayed scaling (the descale
 #   from earlier calls, v25) needs one pass per head too: 0.89-0.90 of copy at every split.
 # - vLLM's slow FP8 path at head dim 256 is its build, not the varlen entry: fa3-fwd's varlen is fast.
+# - The API's checks cost 0.2-0.6 ms per call (mostly the descale check's sync), which matters on
+#   calls of about a millisecond; `prepare_attention` does them once and then costs what the
+#   provider called directly costs (v27).
 #
 # ## Exercises
 #
