@@ -118,6 +118,8 @@ def test_prepared_call_checks_once_and_reads_the_buffers_each_call(monkeypatch, 
     monkeypatch.setattr(api, "check_attention_inputs", lambda *a, **k: checks.append(1) or original(*a, **k))
     prepared = api.prepare_attention(q, k, v, **kw)
     assert prepared.provider == "reference" and len(checks) == 1
+    layout = "varlen q (107, 4, 64) k (107, 2, 64)" if varlen else "batched q (2, 37, 4, 64) k (2, 37, 2, 64)"
+    assert repr(prepared) == f"PreparedAttention(reference:reference, {layout} float8_e4m3fn, causal=True, return_lse=True)"
     first = prepared()
     q.copy_(cast_to_fp8(randn(*q.shape) * 30))  # a new step's queries, written into the same buffer
     qd.mul_(1.5)

@@ -156,7 +156,7 @@ def attention(
     )()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class PreparedAttention:
     """An attention call checked and decided once. Calling it runs `provider` on the same tensors.
 
@@ -172,6 +172,12 @@ class PreparedAttention:
     def provider(self) -> str:
         """The provider that runs, e.g. "fa3-fwd"."""
         return self.decision.provider  # type: ignore[return-value]
+
+    def __repr__(self) -> str:
+        c = self.call
+        layout = "varlen" if c.shape.varlen else "batched"
+        return (f"PreparedAttention({self.decision.label()}, {layout} q {tuple(c.q.shape)} k {tuple(c.k.shape)} "
+                f"{str(c.q.dtype).removeprefix('torch.')}, causal={c.causal}, return_lse={c.return_lse})")
 
     def __call__(self) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         """out, or (out, lse) when prepared with return_lse=True (shapes as `attention`)."""
