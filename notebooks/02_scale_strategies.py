@@ -84,14 +84,15 @@ one = pd.Series({
     "descale = amax / max": descale.item(),
     "largest |x_fp8|": x8.float().abs().max().item(),
     "relative L2 of the round trip": metrics.rel_l2(back, x.double()),
-    "worst relative rounding of e4m3 (2^-4)": 2.0 ** -(E4M3.mantissa_bits + 1),
+    "worst relative rounding of e4m3 (1/17)": 2.0 ** -(E4M3.mantissa_bits + 1) / (1 + 2.0 ** -(E4M3.mantissa_bits + 1)),
 }, name="value").to_frame()
 record("normal_tensor_rel_l2", one.loc["relative L2 of the round trip", "value"])
 one
 
 # %% [markdown]
 # The round trip's relative error sits near the format's: each element is rounded to
-# 3 mantissa bits, a relative error of at most 2^-4 and about a third of that on average.
+# 3 mantissa bits: half a step at worst, 2^-4 of its binade's base, which is 1/17 of the value
+# (just above a power of two), and about a third of that on average.
 #
 # ## 2. Every strategy on every distribution
 #
@@ -155,6 +156,20 @@ display(pd.concat({"best": best, "worst": worst}, axis=1))  # noqa: F821 - IPyth
 pd.DataFrame({"SQNR spread of the current strategies (dB)": spread})
 
 # %% [markdown]
+# Where does a finer scale's gain come from? A current scale maps each group's largest element
+# onto ±448, where it is stored exactly (but for the descale's float32 rounding). The table
+# splits the SQNR of the current strategies into the share of the energy held by those exact
+# maxima (`energy_exact_at_max`) and the SQNR of every other element (`sqnr_rest`):
+
+# %%
+current = table[table.strategy.str.contains("current") & ~table.strategy.str.contains("pow2")]
+split = current.pivot(index="strategy", columns="tensor", values=["sqnr", "energy_exact_at_max", "sqnr_rest"])
+record("sqnr_rest_db", {f"{t}|{s}": v for (s, t), v in current.set_index(["strategy", "tensor"])["sqnr_rest"].items()})
+record("energy_exact_at_max", {f"{t}|{s}": v for (s, t), v in
+                               current.set_index(["strategy", "tensor"])["energy_exact_at_max"].items()})
+split[[c for c in split.columns if c[1] in ("normal", "outlier_channels", "sinks")]].round(3)
+
+# %% [markdown]
 # What the tables say (the numbers are this run's):
 #
 # * By whole-tensor SQNR, the *current* strategies land within about a dB of each other
@@ -162,14 +177,21 @@ pd.DataFrame({"SQNR spread of the current strategies (dB)": spread})
 #   relative precision across its normal range: a bigger amax moves every value down
 #   the grid, but values keep their 3 mantissa bits until they fall below the smallest
 #   normal (2^-6 · descale) into the subnormals. Finer granularity gains a little
-#   because more groups have their largest values near the top of a binade.
+#   only because more groups means more largest elements stored exactly: `sqnr_rest` is
+#   the same for every current strategy.
 # * The worst-head SQNR shows the granularity story beginning: on `head_ranges` (head
 #   ranges 2^12 apart) the per-tensor scale costs the smallest head some SQNR
 #   (`head_ranges_worst_head_gain_db`) because part of it sits in the subnormals. Only
 #   part: e4m3's normal range spans 2^-6..448, almost 15 binades, so heads 2^12 apart
 #   still mostly fit. Notebook 03 sweeps the spread to find where per-tensor breaks.
-# * `outlier_channels` and `sinks` spread the most between strategies, in favour of
-#   per-token and per-channel scales that isolate the large rows or columns.
+# * `outlier_channels` and `sinks` spread the most between strategies, and the pairing shows
+#   why. On `outlier_channels` per-*token* scales win: each token's largest value sits in an
+#   outlier channel, lands exactly on ±448, and those values hold most of the energy. Per-*channel*
+#   scales, INT8's remedy that isolates those columns, gain nothing: in FP8 a scale sets the
+#   range, not the precision. On `sinks` it is the other way round: each channel's largest value
+#   is in a sink token, so per-channel scales win. Without the exact maxima (`sqnr_rest`) every
+#   current strategy is within a few tenths of a dB. What granularity does buy in FP8 is keeping
+#   groups out of the subnormals (the worst-head bullet above, and notebook 03).
 # * Static scales calibrated on another draw are as good as current ones while the data
 #   stays inside the calibrated range; when a new draw exceeds it (the rare sinks and
 #   outliers), it saturates. The percentile scale clips on purpose and loses most on
@@ -301,9 +323,9 @@ record("pow2_cost_db", pow2_table["cost (dB)"].round(3).to_dict())
 pow2_table
 
 # %% [markdown]
-# The cost is a fraction of a dB, and on some inputs negative (where the amax happens to
-# fall in its binade decides the last few tenths): the relative precision of e4m3 does not depend on
-# where in the range a value sits, so losing part of the top binade only shows where
+# The cost is a fraction of a dB (it can even come out negative: where the amax happens to
+# fall in its binade decides the last few tenths). The relative precision of e4m3 does not depend
+# on where in the range a value sits, so losing part of the top binade only shows where
 # the largest values carry much of the energy (sinks, outliers) or values fall into
 # the subnormals.
 #
@@ -322,25 +344,36 @@ pow2_table
 #
 # ## Exercises
 #
-# 1. A tensor's amax is 896. What descale does per-tensor current scaling give it, and
+# 1. A tensor's amax is 1000. What descale does per-tensor current scaling give it, and
 #    what power-of-two descale? Write your answers in `answer_1` and run the check.
-# 2. With delayed scaling (`most_recent`), a constant tensor is quantized three times.
-#    Which call's descale is the first that equals `amax / 448`? (1, 2 or 3)
+# 2. With delayed scaling (`most_recent`), a constant tensor is quantized three times. A
+#    `DelayedAmax` starts from its `initial_descale`, 1.0 by default (TransformerEngine starts
+#    from scale 1). Which call's descale is the first that equals `amax / 448`? (1, 2 or 3)
 # 3. Set `percentile = 99.0` in the parameters and rerun. Which distribution's static
 #    percentile SQNR drops most? Why?
 
 # %%
-answer_1 = (2.0, 2.0)  # (descale, power-of-two descale): replace with your answers
-answer_2 = 2  # replace with your answer
+answer_1 = None  # (descale, power-of-two descale): replace None with your answers
+answer_2 = None  # 1, 2 or 3
+
+# %% tags=["solution", "hide-input"]
+# Solution (collapsed; it fills in only the answers you left at None):
+# 1000 / 448 = 2.232..., and the power of two at or above it is 4.
+# Call 1 quantizes with the initial descale 1.0 (and saturates: 1000 > 448); it records the
+# amax, which call 2's descale is built from.
+if answer_1 is None:
+    answer_1 = (1000 / 448, 4.0)
+if answer_2 is None:
+    answer_2 = 2
 
 # %% [markdown]
 # Check (the solution is computed by the package, not typed in):
 
 # %%
-solution_1 = (descale_from_amax(896.0, E4M3.max).item(), descale_from_amax(896.0, E4M3.max, power_of_two=True).item())
-assert answer_1 == solution_1, f"exercise 1: expected {solution_1}"
+solution_1 = (descale_from_amax(1000.0, E4M3.max).item(), descale_from_amax(1000.0, E4M3.max, power_of_two=True).item())
+assert all(abs(a - b) <= 1e-6 * b for a, b in zip(answer_1, solution_1)), f"exercise 1: expected {solution_1}"
 s = ScaleStrategy(source=DelayedAmax(algo="most_recent"))
-const = torch.full((1, 4, 1, 4), 896.0)
+const = torch.full((1, 4, 1, 4), 1000.0)
 calls = [quantize(const, s)[1].item() for _ in range(3)]
 solution_2 = 1 + next(i for i, d in enumerate(calls) if d == solution_1[0])
 assert answer_2 == solution_2, f"exercise 2: expected {solution_2} (descales per call: {calls})"

@@ -9,6 +9,7 @@ must equal the emulation bit for bit. On a GPU the bound is relative:
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 import torch
@@ -331,3 +332,46 @@ def test_gpu_matches_emulation_at_kernel_sizes(d, causal):
     ref = fp8_attention(q, k, v, causal=causal)
     assert torch.equal(ref, fp8_attention(q, k, pretranspose_v(v), causal=causal))
     assert torch.equal(ref, fp8_attention(q, k, v, causal=causal, round_p_in_fp32=True))
+
+
+def test_pv_flush_gives_the_same_bits_under_the_interpreter_and_a_label():
+    """`pv_flush` changes only how the FP8 MMA accumulates P V on Hopper; the interpreter's products are
+    exact either way, so on the CPU it gives the plain kernel's (and the emulation's) bits."""
+    gen = torch.Generator().manual_seed(27)
+    q, k, v = fp8(gen, 2, 45, 4, 32), fp8(gen, 2, 70, 2, 32), fp8(gen, 2, 70, 2, 32)
+    ds = descales(gen, 2, 2)
+    plain = A.AttentionConfig(32, BN, 4, 2)
+    flush = A.AttentionConfig(32, BN, 4, 2, pv_flush=True)
+    assert flush.label() == f"m32n{BN}w4s2-pf"
+    for causal in (False, True):
+        out, lse = fp8_attention(q, k, v, *ds, causal=causal, config=flush, return_lse=True)
+        ref, ref_lse = fp8_attention(q, k, v, *ds, causal=causal, config=plain, return_lse=True)
+        assert torch.equal(lse, ref_lse)
+        if DEV == "cpu":
+            assert torch.equal(out, ref)
+            assert_emulation_bits(out, attention_fa3_fp8(q, k, v, *ds, causal=causal, block_n=BN))
+
+
+@pytest.mark.gpu
+@pytest.mark.hopper
+def test_gpu_pv_accumulation_follows_the_fp8_mma_model_and_pv_flush_stays_flat():
+    """Hopper's FP8 MMA keeps ~13 bits of its accumulator: with O accumulated across all key blocks (the
+    default, upstream FA3's) the error grows with the context as the emulation's accumulator model says;
+    `pv_flush` (vLLM's two levels) stays at the fp32-accumulation error (v27, scripts/probe_long_context.py)."""
+    from fp8lab.data import make_qkv
+    from fp8lab.reference import AccumulatorModel, quantize_qkv
+
+    q, k, v = make_qkv("normal", seqlen_q=16, seqlen_k=16384, heads_q=4, head_dim=128, seed=5, device=DEV)
+    v = v + 1.0  # P V grows with the context, as with real value vectors
+    exact = attention_exact(q, k, v)
+    qq = quantize_qkv(q, k, v)
+    ds = list(qq.descales.values())
+    cfg = A.default_config(128, False)
+    vt = pretranspose_v(qq.v)
+    plain = rel_l2(fp8_attention(qq.q, qq.k, vt, *ds, config=cfg), exact)
+    flush = rel_l2(fp8_attention(qq.q, qq.k, vt, *ds, config=replace(cfg, pv_flush=True)), exact)
+    model = rel_l2(attention_fa3_fp8(qq.q, qq.k, qq.v, *ds, block_n=cfg.block_n,
+                                     accumulator=AccumulatorModel(13, apply_to_qk=False)), exact)
+    fp32 = rel_l2(attention_fa3_fp8(qq.q, qq.k, qq.v, *ds, block_n=cfg.block_n), exact)
+    assert abs(plain - model) < 0.05 * model and model > 20 * fp32
+    assert flush < 1.5 * fp32

@@ -518,12 +518,33 @@ def test_compare_strategies_and_delayed_trace():
     by = table.set_index("strategy")
     # a 2^20 spread of head ranges: the per-tensor scale flushes the smallest head, per-head does not
     assert by.loc["head", "sqnr_worst_head"] > 25 and by.loc["tensor", "sqnr_worst_head"] < 5
+    # each group's largest element is stored as +-448 (exactly but for the descale's rounding): one per tensor, one per head
+    ref = x.double()
+    assert by.loc["tensor", "energy_exact_at_max"] == pytest.approx(float(ref.abs().max() ** 2 / ref.square().sum()))
+    heads_max = ref.abs().amax(dim=(0, 1, 3))
+    assert by.loc["head", "energy_exact_at_max"] == pytest.approx(float(heads_max.square().sum() / ref.square().sum()))
+    assert by.loc["head", "sqnr_rest"] < by.loc["head", "sqnr"]
     series = [randn(1, 16, 2, 8, seed=101 + t) * s for t, s in enumerate((1.0, 1.0, 16.0, 16.0))]
     trace = delayed_trace(series, {"delayed": ScaleStrategy(source=DelayedAmax(history_len=2, algo="most_recent", initial_descale=0.001))})
     sat = trace["saturated"].tolist()
     # most of the tensor clamps where the range jumped; one step later only the few values above
     # the previous draw's amax do
     assert sat[0] > 0.5 and sat[2] > 0.5 and sat[1] < 0.05 and sat[3] < 0.05
+
+
+def test_outlier_channels_gain_only_from_their_exact_maxima():
+    """In FP8 a scale sets the range, not the precision: per-token scales on outlier channels win the whole-tensor
+    SQNR because each token's largest value (an outlier) is stored exactly; every other element keeps its SQNR."""
+    from fp8lab import data
+    from fp8lab.scaling.experiments import compare_strategies
+
+    x = data.sample("outlier_channels", (1, 512, 8, 128), seed=3)
+    table = compare_strategies({"x": x}, {"tensor": ScaleStrategy(), "token": ScaleStrategy(PerToken()),
+                                          "channel": ScaleStrategy(PerChannel())}).set_index("strategy")
+    assert table.loc["token", "sqnr"] > max(table.loc["channel", "sqnr"], table.loc["tensor", "sqnr"]) + 2
+    assert abs(table.loc["channel", "sqnr"] - table.loc["tensor", "sqnr"]) < 0.3  # INT8's remedy buys FP8 nothing
+    assert table.loc["token", "energy_exact_at_max"] > 0.3
+    assert table["sqnr_rest"].max() - table["sqnr_rest"].min() < 0.3
 
 
 def test_fallback_sweep_shows_the_defect():

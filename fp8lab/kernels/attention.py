@@ -40,10 +40,19 @@ Pseudo-code (one program = one query block of one head of one sequence)::
         p = exp2(s * c - (m_new * c - 8))          in [0, 256]     # FP8 step 2
         alpha = exp2((m - m_new) * c)
         l = l * alpha + rowsum(p)
-        acc = acc * alpha + e4m3(p) @ V_j          (fp32 accumulator)  # steps 3, 4
+        acc = acc * alpha + e4m3(p) @ V_j          (fp32 registers)  # steps 3, 4
         m = m_new
     out = acc * v_descale / l                      (bf16)
     lse = ln2 * (m * c - 8 + log2(l))              (natural log; -inf where l == 0)
+
+The accumulator registers are fp32, but on Hopper the FP8 MMA adds its products with
+about 13 bits kept (fp8lab.reference's `HOPPER_FP8_MMA`), and by default the PV MMA
+accumulates into O itself, over every key block, as upstream FA3 does: the error then
+grows with the context (rel. L2 0.024 / 0.19 / 0.44 at 2k / 16k / 64k keys on V + 1
+inputs, equal to FA3's and to the emulation's accumulator model, v27).
+``AttentionConfig(pv_flush=True)`` takes each block's P V in a fresh accumulator and adds
+it to O in fp32, as vLLM's FA3 library does: 0.0025-0.0033 at every length, but 35-40 %
+slower in v27's measurement. Under the interpreter both equal fp32 accumulation.
 
 Causal masks are aligned bottom-right. Key blocks are visited in two phases,
 both from the last block down: first the blocks that need a mask (the
@@ -207,9 +216,9 @@ def _scores(q, k, n0, offs_m, seqlen_k, diag, BLOCK_N: tl.constexpr, MASKED: tl.
 
 @triton.jit
 def _softmax_pv(acc, l_i, m_i, s, v, scale_log2, MAX_OFFSET: tl.constexpr, ROUND_IN_FP32: tl.constexpr,
-                PERMUTE_KEYS: tl.constexpr):
+                PERMUTE_KEYS: tl.constexpr, PV_FLUSH: tl.constexpr):
     """Online-softmax update with the scores `s` of one key block, P cast to e4m3, acc += P V.
-    `s`'s columns are in `key_order`; V's rows in key order."""
+    `s`'s columns are in `key_order`; V's rows in key order. `PV_FLUSH`: see `AttentionConfig`."""
     m_new = tl.maximum(m_i, tl.max(s, 1))
     m_use = tl.where(m_new == float("-inf"), 0.0, m_new)  # fully masked rows so far: avoid inf - inf
     max_scaled = m_use * scale_log2 - MAX_OFFSET  # FP8 step 2: subtract (max - 8), P in [0, 2^8]
@@ -221,7 +230,10 @@ def _softmax_pv(acc, l_i, m_i, s, v, scale_log2, MAX_OFFSET: tl.constexpr, ROUND
     # FP8 step 3: P to e4m3, nearest even (P <= 256 < 448: never saturates).
     if ROUND_IN_FP32:  # the interpreter's cast is wrong on carries: pre-round so the cast is exact
         p = round_to_e4m3(p)
-    acc = tl.dot(p.to(tl.float8e4nv), v, acc)
+    if PV_FLUSH:  # a fresh accumulator per key block, added to O in float32 (vLLM's two levels)
+        acc += tl.dot(p.to(tl.float8e4nv), v)
+    else:  # O itself accumulates in the FP8 MMA, over every key block (upstream FA3)
+        acc = tl.dot(p.to(tl.float8e4nv), v, acc)
     return acc, l_i, m_new
 
 
@@ -236,6 +248,7 @@ def _attend_block(
     HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, BLOCK_N: tl.constexpr,
     MASKED: tl.constexpr, CAUSAL: tl.constexpr, USE_TMA: tl.constexpr, V_TRANSPOSED: tl.constexpr,
     MAX_OFFSET: tl.constexpr, ROUND_IN_FP32: tl.constexpr, V_FIRST: tl.constexpr, PERMUTE_KEYS: tl.constexpr,
+    PV_FLUSH: tl.constexpr,
 ):
     """One key block: scores, online-softmax update, P cast, PV product.
 
@@ -256,7 +269,7 @@ def _attend_block(
     if not V_FIRST:
         v = _load_v(V, v_ptrs, stride_vs, tma_b, hk, k_start, n0, load_mask,
                     HEAD_DIM_PAD, BLOCK_N, USE_TMA, V_TRANSPOSED)
-    return _softmax_pv(acc, l_i, m_i, s, v, scale_log2, MAX_OFFSET, ROUND_IN_FP32, PERMUTE_KEYS)
+    return _softmax_pv(acc, l_i, m_i, s, v, scale_log2, MAX_OFFSET, ROUND_IN_FP32, PERMUTE_KEYS, PV_FLUSH)
 
 
 @triton.jit
@@ -289,6 +302,7 @@ def _fp8_attention_fwd(
     MASKED_STAGES: tl.constexpr,  # None: the on-band loop is pipelined like the rest (v2); 1: not (v4)
     PIPELINE_QK: tl.constexpr,  # off-band loop: issue the next block's QK^T before this block's softmax (v5)
     PERMUTE_KEYS: tl.constexpr,  # K's rows in `key_order`, so P needs no shuffles (v10; pointer loads only)
+    PV_FLUSH: tl.constexpr,  # P V of each key block in a fresh accumulator, added to O in float32 (v27)
     ROUND_IN_FP32: tl.constexpr,  # exact P and output rounding under the interpreter (see fp8_rounding)
 ):
     # Scheduling: (batch, head) pairs are taken in chunks of `heads_per_chunk`, whose K and V
@@ -369,7 +383,7 @@ def _fp8_attention_fwd(
             acc, l_i, m_i, q, K, V, k_ptrs, v_ptrs, stride_ks, stride_vs, tma_b, hk, k_start,
             n0, offs_m, seqlen_k, diag, scale_log2,
             HEAD_DIM, HEAD_DIM_PAD, BLOCK_N, True, CAUSAL, USE_TMA, V_TRANSPOSED, MAX_OFFSET, ROUND_IN_FP32,
-            MASKED_STAGES == 1, PERMUTE_KEYS,
+            MASKED_STAGES == 1, PERMUTE_KEYS, PV_FLUSH,
         )
     # Phase 2, off the band: fully visible blocks, no mask work at all.
     if not PIPELINE_QK:
@@ -379,7 +393,7 @@ def _fp8_attention_fwd(
                 acc, l_i, m_i, q, K, V, k_ptrs, v_ptrs, stride_ks, stride_vs, tma_b, hk, k_start,
                 n0, offs_m, seqlen_k, diag, scale_log2,
                 HEAD_DIM, HEAD_DIM_PAD, BLOCK_N, False, CAUSAL, USE_TMA, V_TRANSPOSED, MAX_OFFSET, ROUND_IN_FP32,
-                False, PERMUTE_KEYS,
+                False, PERMUTE_KEYS, PV_FLUSH,
             )
     elif n_full > 0:
         # v5, FA3's intra-warpgroup overlap: the scores of block j-1 are issued (an async
@@ -396,12 +410,14 @@ def _fp8_attention_fwd(
             s_next = _scores(q, k, n0 - BLOCK_N, offs_m, seqlen_k, diag, BLOCK_N, False, CAUSAL, PERMUTE_KEYS)
             v = _load_v(V, v_ptrs, stride_vs, tma_b, hk, k_start, n0, off_mask, HEAD_DIM_PAD, BLOCK_N,
                         USE_TMA, V_TRANSPOSED)
-            acc, l_i, m_i = _softmax_pv(acc, l_i, m_i, s, v, scale_log2, MAX_OFFSET, ROUND_IN_FP32, PERMUTE_KEYS)
+            acc, l_i, m_i = _softmax_pv(acc, l_i, m_i, s, v, scale_log2, MAX_OFFSET, ROUND_IN_FP32, PERMUTE_KEYS,
+                                        PV_FLUSH)
             s = s_next
         first = pid * 0  # key block 0, as a tensor (tile offsets are widened to int64)
         v = _load_v(V, v_ptrs, stride_vs, tma_b, hk, k_start, first, off_mask, HEAD_DIM_PAD, BLOCK_N,
                     USE_TMA, V_TRANSPOSED)
-        acc, l_i, m_i = _softmax_pv(acc, l_i, m_i, s, v, scale_log2, MAX_OFFSET, ROUND_IN_FP32, PERMUTE_KEYS)
+        acc, l_i, m_i = _softmax_pv(acc, l_i, m_i, s, v, scale_log2, MAX_OFFSET, ROUND_IN_FP32, PERMUTE_KEYS,
+                                        PV_FLUSH)
 
     # Epilogue: normalise, apply v_descale once, write bf16 out and the natural-log lse.
     empty = l_i == 0.0  # fully masked rows: out = 0, lse = -inf
@@ -438,6 +454,11 @@ class AttentionConfig:
     QK^T accumulator the PV MMA's A operand without moving data between threads (what FA3
     gets from `permute_Cregs_fp8` and its own V transpose, done on K; v10; same bits). Needs
     pointer loads (no `use_tma`) and block_n a multiple of 32.
+    `pv_flush`: compute each key block's P V in a fresh accumulator and add it to O in float32,
+    as vLLM's FA3 library does, instead of letting O accumulate in the FP8 MMA across all key
+    blocks, as upstream FA3 (the default) does. Hopper's FP8 MMA keeps about 13 bits of its
+    accumulator, so without the flush the error grows with the context (v27; notebook 05 (e)).
+    The interpreter's products are exact either way: same bits on the CPU.
     """
 
     block_m: int = 128
@@ -450,13 +471,14 @@ class AttentionConfig:
     maxnreg: int | None = None
     pipeline_qk: bool = False
     permute_keys: bool = False
+    pv_flush: bool = False
 
     def label(self) -> str:
         return (f"m{self.block_m}n{self.block_n}w{self.num_warps}s{self.num_stages}"
                 + ("-tma" if self.use_tma else "") + ("-ws" if self.warp_specialize else "")
                 + (f"-ms{self.masked_stages}" if self.masked_stages else "")
                 + (f"-r{self.maxnreg}" if self.maxnreg else "") + ("-pq" if self.pipeline_qk else "")
-                + ("-pk" if self.permute_keys else ""))
+                + ("-pk" if self.permute_keys else "") + ("-pf" if self.pv_flush else ""))
 
 
 def attention_configs(head_dim: int) -> list[AttentionConfig]:
@@ -733,7 +755,7 @@ def fp8_attention(
             CAUSAL=bool(causal), VARLEN=shape.varlen,
             USE_TMA=descs is not None, V_TRANSPOSED=v_transposed, WARP_SPECIALIZE=cfg.warp_specialize,
             MAX_OFFSET=float(max_offset), MASKED_STAGES=cfg.masked_stages or None, PIPELINE_QK=cfg.pipeline_qk,
-            PERMUTE_KEYS=cfg.permute_keys, ROUND_IN_FP32=round_p,
+            PERMUTE_KEYS=cfg.permute_keys, PV_FLUSH=cfg.pv_flush, ROUND_IN_FP32=round_p,
             num_warps=cfg.num_warps, num_stages=cfg.num_stages,
             **({"maxnreg": cfg.maxnreg} if cfg.maxnreg else {}),
         )

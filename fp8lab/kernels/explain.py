@@ -24,7 +24,7 @@ from fp8lab.kernels.quantize import quantize_delayed
 from fp8lab.reference.exact import dequantize
 from fp8lab.scaling import ScaleStrategy, quantize
 
-__all__ = ["api_overhead", "cast_demo", "consumer_registers", "delayed_kernel_check", "folded_scale_error", "kernel_ratios",
+__all__ = ["api_overhead", "cast_demo", "pv_accumulation", "consumer_registers", "delayed_kernel_check", "folded_scale_error", "kernel_ratios",
            "key_order_values", "p_grid_fractions", "p_register_layout", "quant_size_table", "quant_sizes", "quant_split_table", "tuning_record",
            "v10_record", "v11_record",
            "v12_consumers_record", "v12_record", "v19_persistent_record", "v20_dynamic_record", "v21_causal_grids",
@@ -426,6 +426,18 @@ def v24_api_grid(results_dir: str | Path) -> pd.DataFrame:
     out["API Gluon / FA3 direct"] = out["API triton (Gluon)"] / out["fa3-fwd direct"]
     out["Gluon direct / FA3 direct"] = out["Gluon direct"] / out["fa3-fwd direct"]
     return out
+
+
+def pv_accumulation(results_dir: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """v27's long-context run (`bench_v27_long_context.json`, `scripts/probe_long_context.py`): rel L2
+    against exact attention per kernel or emulation (rows) and number of keys (columns), and the
+    Triton kernel's TFLOP/s with and without `pv_flush` (median of three rounds per case)."""
+    rows = load_results(Path(results_dir) / "bench_v27_long_context.json")["rows"]
+    err = pd.DataFrame([r for r in rows if "seqlen_k" in r and "rel_l2" in r])
+    errors = err.pivot_table(index="who", columns="seqlen_k", values="rel_l2", sort=False)
+    timed = pd.DataFrame([r for r in rows if "tflops" in r])
+    speed = timed.pivot_table(index="case", columns="config", values="tflops", aggfunc="median", sort=False)
+    return errors, speed
 
 
 def api_overhead(results_dir: str | Path, version: str = "v24") -> pd.DataFrame:

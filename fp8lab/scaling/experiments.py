@@ -33,8 +33,11 @@ def compare_strategies(
     metric_names: Sequence[str] = METRIC_NAMES,
 ) -> pd.DataFrame:
     """Round-trip error of every strategy on every tensor: columns tensor, strategy, one per metric,
-    and sqnr_worst_head (the SQNR of the worst head: a whole-tensor metric is dominated by the
-    heads with the most energy and hides what happens to small heads).
+    sqnr_worst_head (the SQNR of the worst head: a whole-tensor metric is dominated by the
+    heads with the most energy and hides what happens to small heads), energy_exact_at_max (the
+    share of the tensor's energy in elements stored as +-fp8_max to float32 precision: a current
+    scale puts each group's largest element there, exactly but for the descale's rounding) and
+    sqnr_rest (the SQNR of every other element).
 
     Static strategies must already hold their calibrated amax; delayed ones are reset before each tensor
     (so they show their first-call behaviour: the initial descale).
@@ -50,6 +53,9 @@ def compare_strategies(
             row = {"tensor": tname, "strategy": sname}
             row.update({m: metrics.METRICS[m](back, ref) for m in metric_names})
             row["sqnr_worst_head"] = float(metrics.sqnr(back, ref, per_head=True).min())
+            top = (x8.float().abs() == strat.max) & ((back - ref).abs() <= 2.0**-20 * ref.abs())  # not the clamped
+            row["energy_exact_at_max"] = float(ref[top].square().sum() / ref.square().sum())
+            row["sqnr_rest"] = float(metrics.sqnr(back[~top], ref[~top]))
             rows.append(row)
     return pd.DataFrame(rows)
 
