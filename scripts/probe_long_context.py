@@ -51,7 +51,7 @@ def main(out: str, seqlens: list[int], timing: bool = False) -> None:
             outs["gluon kernel"] = lambda: fp8_attention_ws(qq.q, qq.k, key_ordered_vt(qq.v), q_descale=ds[0],
                                                             k_descale=ds[1], v_descale=ds[2])[0]
         if fa3 is not None and dev == "cuda":
-            def fa3_out():  # the run of 2026-12-01 00:47Z indexed the batch here, not the result: no fa3 rows
+            def fa3_out():  # the run of 2026-12-01 01:15Z indexed the batch here, not the result: no fa3 rows
                 r = fa3.flash_attn_func(qq.q, qq.k, qq.v, q_descale=ds[0], k_descale=ds[1], v_descale=ds[2])
                 return r[0] if isinstance(r, tuple) else r
             outs["fa3-fwd"] = fa3_out
