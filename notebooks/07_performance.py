@@ -171,7 +171,7 @@ print("our runs, FA3 FP8 at 1x16384x32x128:", ours_fa3.loc["1x16384x32x128"].rou
 facts
 
 # %% [markdown]
-# FA3 FP8 measured 903 TFLOP/s in the facts run and 872-922 in ours: a few per cent
+# FA3 FP8 measured 903 TFLOP/s in the facts run and 872-918 in ours (v3's run did not time it): a few per cent
 # between runs (the v6 exploration run, minutes after v5, measured up to 8 % apart on
 # single cases). Differences between our kernel versions smaller than that are noise.
 
@@ -689,8 +689,8 @@ size_table26.round(3)
 # %% [markdown]
 # Delayed scaling per head now runs at 0.84-0.86 of copy at 32 MiB (0.76-0.77 in v25; 0.83-0.87 over
 # the three calls of run22), 0.84-0.85 at 64 MiB, at the line, and as before from 128 MiB. Per tensor
-# it runs at 0.86-0.90 and 0.86. At 16 MiB every kernel but the static cast stays near half the
-# copy, which L2 partly serves there (5.7 TB/s). This delayed kernel needs 2 registers per value in
+# it runs at 0.86-0.90 and 0.86. At 16 MiB every kernel but the static cast and per-token scaling
+# stays near half the copy, which L2 partly serves there (5.7 TB/s). This delayed kernel needs 2 registers per value in
 # flight, where the static cast needs less than 1, so fewer of its loads are in flight at once.
 
 # %% [markdown]
@@ -720,17 +720,18 @@ size_table26.round(3)
 # ## (f) Why is vLLM's FP8 varlen path slower?
 
 # %%
-vl = grid.pivot_table(index="case", columns="provider", values="tflops", sort=False)[
-    ["fa3-fwd FP8", "fa3-fwd FP8 varlen", "vLLM FA3 FP8 varlen"]]
+vl = grid.pivot_table(index="case", columns="provider", values="tflops", sort=False).reindex(
+    columns=["fa3-fwd FP8", "fa3-fwd FP8 varlen", "vLLM FA3 FP8 varlen"])  # older grids lack some: NaN
 vl["vLLM / fa3-fwd"] = vl["vLLM FA3 FP8 varlen"] / vl["fa3-fwd FP8"]
 vl["fa3-fwd varlen / batched"] = vl["fa3-fwd FP8 varlen"] / vl["fa3-fwd FP8"]
 record("vllm_over_fa3_fp8", dict(zip(vl.index, vl["vLLM / fa3-fwd"].round(3))))
 vl
 
 # %% [markdown]
-# vLLM's FA3 FP8, called through its varlen entry, runs at 0.33-0.35x fa3-fwd at head dim 256
-# and 0.72-0.86x at 64 and 128, on identical inputs (v12 grid; v10: 0.7-0.85x; v5: 0.75-0.9x).
-# fa3-fwd's own varlen entry on the same inputs runs as fast as its batched one (0.96-1.02x), so
+# vLLM's FA3 FP8, called through its varlen entry, runs at 0.32-0.36x fa3-fwd at head dim 256
+# and 0.71-0.86x at 64 and 128, on identical inputs (v23 grid; v12: 0.33-0.35x and 0.72-0.86x;
+# v10: 0.7-0.85x; v5: 0.75-0.9x). fa3-fwd's own varlen entry on the same inputs runs as fast as its
+# batched one (0.95-1.01x), so
 # the varlen path is not the cause: vLLM 0.33.0's build is (which FP8 kernels it
 # instantiates at head dim 256 is the next question; not investigated).
 

@@ -284,7 +284,12 @@ def test_recorded_fidelity_parses_and_meets_the_target_with_the_accumulator_mode
     assert set(plain["head_dim"]) == {64, 128, 256} and set(plain["causal"]) == {True, False}
     hopper = fidelity_table(rec["accumulator_study"], "hopper")
     assert len(hopper) == 8 and float(hopper["ratio"].max()) < 0.1
+    from fp8lab.reference.experiments import accumulator_study
+
+    assert accumulator_study({"cases": []}, rec) is rec["hopper_all"] and accumulator_study(None) == {}
     every = fidelity_table(rec["hopper_all"], "hopper")  # every case, both providers
+    keys = ["provider", "dist", "head_dim", "causal", "heads"]  # notebook 05 (f) pairs the two models on these
+    assert not every.duplicated(keys).any()
     assert len(every) == 28 and set(every["head_dim"]) == {64, 128, 256} and set(every["dist"]) == {"normal", "outliers"}
     assert float(every["ratio"].max()) < 0.1
     lr = long_context_record(rec)

@@ -25,6 +25,7 @@ from fp8lab.reference.inputs import quantize_qkv
 
 __all__ = [
     "PAPER_TABLE3",
+    "accumulator_study",
     "attribution_table",
     "fidelity_table",
     "load_fidelity",
@@ -280,6 +281,16 @@ def fidelity_table(record: dict, model: str = "plain") -> pd.DataFrame:
                 "best_variant": best_name, "best_ratio": best["ratio"],
             })
     return pd.DataFrame(rows)
+
+
+def accumulator_study(*records: dict | None) -> dict:
+    """The first of `records` that holds the accumulator-model study of every case ("hopper_all", else
+    the four-case "accumulator_study"), or {} when none does. A live `measure_fidelity` run has none."""
+    for record in records:
+        study = (record or {}).get("hopper_all") or (record or {}).get("accumulator_study")
+        if study:
+            return study
+    return {}
 
 
 def long_context_record(record: dict) -> pd.DataFrame:
