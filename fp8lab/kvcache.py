@@ -28,6 +28,7 @@ __all__ = [
     "vllm_dynamic_scales",
     "kv_bytes_per_token",
     "paged_decode",
+    "random_pages",
 ]
 
 # vLLM's kv_cache_dtype names -> torch dtype, for the FlashAttention backend.
@@ -87,6 +88,30 @@ def vllm_dynamic_scales(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tu
             raise ValueError(f"vllm_dynamic_scales: {name} holds NaN or inf")
         out.append(max(amax.item() / div, torch.finfo(torch.float32).tiny))
     return out[0], out[1], out[2]
+
+
+def random_pages(context_lens: list[int], block_size: int, generator: torch.Generator,
+                 num_blocks: int | None = None) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """Distinct random pages for each sequence, as an allocator hands them out after many requests.
+
+    Returns (block_table int32 (num_seqs, max pages), -1 past a sequence's pages; slot_mapping int64
+    (sum of lengths,), page * block_size + offset of each token in order; num_blocks). num_blocks
+    defaults to the pages needed plus 3 unused ones.
+    """
+    if block_size < 1 or any(n < 0 for n in context_lens):
+        raise ValueError(f"expected block_size >= 1 and lengths >= 0, got {block_size} and {list(context_lens)}")
+    need = [-(-n // block_size) for n in context_lens]
+    num_blocks = sum(need) + 3 if num_blocks is None else num_blocks
+    if num_blocks < sum(need):
+        raise ValueError(f"num_blocks: the sequences need {sum(need)} pages, got {num_blocks}")
+    perm = torch.randperm(num_blocks, generator=generator)
+    table = torch.full((len(context_lens), max(need, default=0)), -1, dtype=torch.int32)
+    slots, used = [], 0
+    for i, (n, p) in enumerate(zip(context_lens, need)):
+        table[i, :p] = perm[used:used + p].int()
+        slots.append((perm[used:used + p, None] * block_size + torch.arange(block_size)).flatten()[:n])
+        used += p
+    return table, torch.cat(slots) if slots else torch.zeros(0, dtype=torch.int64), num_blocks
 
 
 @dataclass

@@ -3,6 +3,7 @@
 import pytest
 import torch
 
+from fp8lab import kvcache
 from fp8lab.formats import quantize
 from fp8lab.kvcache import (
     PagedKVCache,
@@ -15,17 +16,20 @@ from fp8lab.kvcache import (
 
 
 def _random_pages(g, num_blocks, lens, block_size):
-    """A block table giving each sequence distinct random pages, and its slot mapping."""
-    perm = torch.randperm(num_blocks, generator=g)
-    table, slots, used = [], [], 0
-    width = max(-(-n // block_size) for n in lens)
-    for n in lens:
-        need = -(-n // block_size)
-        pages = perm[used:used + need]
-        used += need
-        table.append(torch.cat([pages, torch.full((width - need,), -1)]))
-        slots.append((pages[:, None] * block_size + torch.arange(block_size)).flatten()[:n])
-    return torch.stack(table), torch.cat(slots)
+    table, slots, _ = kvcache.random_pages(lens, block_size, g, num_blocks)
+    return table, slots
+
+
+def test_random_pages_are_distinct_and_map_every_token():
+    g = torch.Generator().manual_seed(5)
+    lens = [5, 17, 0, 1]
+    table, slots, num_blocks = kvcache.random_pages(lens, 4, g)
+    assert num_blocks == 2 + 5 + 0 + 1 + 3 and table.dtype == torch.int32 and table.shape == (4, 5)
+    pages = table[table >= 0]
+    assert len(set(pages.tolist())) == len(pages) == 8 and (table[2] == -1).all()
+    assert slots.tolist()[:5] == [int(table[0, t // 4]) * 4 + t % 4 for t in range(5)] and len(slots) == 23
+    with pytest.raises(ValueError, match="need 8 pages, got 7"):
+        kvcache.random_pages(lens, 4, g, num_blocks=7)
 
 
 @pytest.mark.parametrize("kv_cache_dtype", ["fp8", "fp8_e4m3", "auto"])
