@@ -512,7 +512,7 @@ def _probe_cases(f: FP8Format) -> list[tuple[str, str, float]]:
         ("in_range", "max", mx),
         ("in_range", "max + gap/4", mx + top_gap / 4),
         ("in_range", "1 + gap/2 (tie)", 1 + one_gap / 2),
-        ("in_range", "1 + 3 gap/2 (tie)", 1 + 3 * one_gap / 2),
+        ("in_range", "1 + 3 gap/2" + (" (tie)" if f.mantissa_bits else ""), 1 + 3 * one_gap / 2),  # e8m0: 2.5
         ("in_range", "0.49", 0.49),
         ("in_range", "0.123", 0.123),
     ]

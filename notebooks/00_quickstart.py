@@ -145,8 +145,10 @@ ax.set(yscale="log", ylabel="relative L2 error vs float64 (log scale)", xlabel="
 # 1. Set `distribution = "fa3_outliers"` in the parameters cell and rerun. Which error grows more, bf16's or FP8's?
 # 2. Replace `PerHead` by `PerTensor` in section 3. Does the FP8 error change on `normal` inputs? On `head_ranges`?
 # 3. What is the largest relative error rounding can cause for a value in e4m3's normal range?
-#    (Answer: half a step, 2⁻⁴, since a step is 2⁻³ of the value's power of two. Checked below.)
+#    (Answer: half a step, which is 2⁻⁴ of the value's power of two, since a step is 2⁻³ of it;
+#    relative to the value itself, at most 2⁻⁴ / (1 + 2⁻⁴) = 1/17, just above a power of two.
+#    Checked below.)
 
 # %%
-assert max_rel <= 2.0**-4, max_rel
-print(f"largest relative error seen: {max_rel:.4f} <= 2^-4 = {2.0**-4}")
+assert max_rel <= 1 / 17 + 1e-12, max_rel
+print(f"largest relative error seen: {max_rel:.4f} <= 1/17 = {1 / 17:.4f} < 2^-4")

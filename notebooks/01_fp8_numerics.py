@@ -51,8 +51,9 @@ pd.set_option("display.float_format", lambda v: f"{v:.6g}")
 # `eXmY` means X exponent bits and Y mantissa bits. The suffixes say what is
 # missing: `fn` = finite (no infinity), `uz` = unsigned zero (no -0), `u` =
 # unsigned (no sign bit). `binades` is the dynamic range in powers of two from
-# the smallest subnormal to max; `rel_precision` is the worst relative error of
-# round-to-nearest on normal values, 2^-(Y+1).
+# the smallest subnormal to max; `rel_precision`, 2^-(Y+1), bounds the relative error of
+# round-to-nearest on normal values (the worst case, half a step just above a power of two,
+# is 2^-(Y+1) / (1 + 2^-(Y+1)): 1/17 for e4m3, 1/3 for e8m0fnu).
 
 # %%
 table = plots.format_table()
@@ -108,7 +109,8 @@ print(f"e8m0fnu: {v.numel()} values from 2^{int(math.log2(v[0]))} to 2^{int(math
 #
 # `ulp(x)` is the gap between the grid values around x. Relative to |x| it is
 # a sawtooth between `2^-Y` and `2^-(Y+1)` over the normal range: precision is
-# the same at 0.01 and at 100. Below `min_normal` the gap stops shrinking and
+# the same at 0.1 and at 100 (for e4m3fn; 0.01 is below its smallest normal, 2^-6 ≈ 0.0156, and
+# keeps fewer bits). Below `min_normal` the gap stops shrinking and
 # the relative spacing climbs to 1 at the smallest subnormal.
 
 # %%
@@ -123,7 +125,7 @@ spacing[spacing.x >= 1].groupby("format").rel_spacing.agg(["min", "max"])
 # `quantize(x, fmt)` rounds onto the grid in exact float64 arithmetic. With
 # round-to-nearest-even the error is at most half a ulp, uniform in
 # [-0.5, 0.5] ulp for smooth inputs. Stochastic rounding rounds up with
-# probability equal to the distance from the lower neighbour: errors up to one
+# probability equal to the distance from the lower neighbour divided by the gap: errors up to one
 # ulp, larger on average, but unbiased (the mean error is zero), which matters
 # when many small updates are summed.
 
@@ -348,7 +350,8 @@ pd.DataFrame({"input": edge.tolist(), "cast_to_fp8": cast.float().tolist(), "qua
 #
 # ## Exercises
 #
-# Each exercise has a cell for your answer, a hidden solution cell, and a check.
+# Each exercise has a cell for your answer, a hidden solution cell (it fills in only an answer
+# left at None), and a check.
 #
 # **1.** What is the largest finite e5m2fnuz value, and what is its code?
 # (Hint: no code is reserved for infinity.)
@@ -358,7 +361,8 @@ answer_1 = None  # (value, code): replace None with your answer
 
 # %% tags=["solution", "hide-input"]
 # Solution: exponent field 11111 is finite in fnuz, so max = 1.11b * 2^(31 - 16), code 0 11111 11.
-answer_1 = (1.75 * 2.0 ** (31 - 16), 0b0_11111_11)
+if answer_1 is None:  # fills in only an answer you left at None
+    answer_1 = (1.75 * 2.0 ** (31 - 16), 0b0_11111_11)
 
 # %%
 f = formats.get_format("e5m2fnuz")
@@ -375,7 +379,8 @@ answer_2 = None  # the rounded value
 # %% tags=["solution", "hide-input"]
 # Solution: 1.5 * 2^-9 is exactly halfway between the subnormals 1 * 2^-9 (code 0x01,
 # odd) and 2 * 2^-9 (code 0x02, even); ties go to the even code.
-answer_2 = 2 * 2.0**-9
+if answer_2 is None:  # fills in only an answer you left at None
+    answer_2 = 2 * 2.0**-9
 
 # %%
 assert answer_2 == formats.quantize(torch.tensor(0.0029296875, dtype=torch.float64), "e4m3fn").item()
@@ -392,7 +397,8 @@ answer_3 = None  # (smallest e5m2 overflow, does 464 overflow e4m3fn: True/False
 # %% tags=["solution", "hide-input"]
 # Solution: e5m2's max 57344 = 1.11b * 2^15 has an odd mantissa, so the tie 61440 rounds
 # to the even 2^16 and overflows. e4m3fn's max 448 = 1.110b * 2^8 is even: 464 rounds to 448.
-answer_3 = (61440.0, False)
+if answer_3 is None:  # fills in only an answer you left at None
+    answer_3 = (61440.0, False)
 
 # %%
 e5m2 = formats.get_format("e5m2")
@@ -411,7 +417,8 @@ answer_4 = None  # (count in [1, 2), count in [2^-9, 2^-6))
 
 # %% tags=["solution", "hide-input"]
 # Solution: a binade holds 2^3 = 8 values; [2^-9, 2^-6) are the 7 nonzero subnormals.
-answer_4 = (8, 7)
+if answer_4 is None:  # fills in only an answer you left at None
+    answer_4 = (8, 7)
 
 # %%
 counts = (int(((grid >= 1) & (grid < 2)).sum()), int(((grid >= 2**-9) & (grid < 2**-6)).sum()))

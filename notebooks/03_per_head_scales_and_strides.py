@@ -27,13 +27,19 @@ seed: int = 0
 # Set-up (safe to skip).
 
 # %%
+import os
+
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import seaborn as sns
 import torch
 
-from fp8lab import data, formats, metrics
+if not torch.cuda.is_available():  # section 2 runs fp8lab's Triton kernel: on a CPU, in the interpreter
+    os.environ.setdefault("TRITON_INTERPRET", "1")  # (before triton is first imported)
+
+import fp8lab  # noqa: E402
+from fp8lab import data, formats, metrics  # noqa: E402
 from fp8lab.notebooks import record
 from fp8lab.plots import scaling as splots
 from fp8lab.reference import attention_exact
@@ -167,8 +173,12 @@ stride_table
 # The expanded scalar is one float32 (4 bytes) however large the batch; stride 0 makes
 # every `(b, h)` read the same address. A transposed view has strides `(1, batch)`:
 # still valid, just another address formula. A kernel that assumed contiguity
-# (`b * heads_kv + h`) would read wrong scales from the last two; FA3 does not assume it.
-# Identical values must give identical attention, bit for bit, whatever the strides:
+# (`b * heads_kv + h`) would read wrong scales from every variant but the contiguous one, and
+# past the end of the expanded ones' 4 or 16 bytes; FA3 does not assume it, and neither does
+# fp8lab's kernel. Identical values must give identical attention, bit for bit, whatever the
+# strides. The exact reference indexes with torch, which cannot depend on strides, so the test
+# that matters is a kernel's: fp8lab's own FP8 kernel (`backend="triton"`; on a CPU the Triton
+# interpreter, on the first 128 tokens), with each descale built on the device in its layout:
 
 # %%
 q, k, v = data.make_qkv("normal", batch=batch, seqlen_q=seqlen, heads_q=heads_q, heads_kv=heads_kv,
@@ -176,12 +186,17 @@ q, k, v = data.make_qkv("normal", batch=batch, seqlen_q=seqlen, heads_q=heads_q,
 q8, qd = quantize_for_fa3(q, ScaleStrategy(PerHead(heads_kv)), heads_kv)
 k8, kd = quantize_for_fa3(k, ScaleStrategy(PerHead()), heads_kv)
 v8, vd = quantize_for_fa3(v, ScaleStrategy(PerTensor()), heads_kv)
+dev = "cuda" if torch.cuda.is_available() else "cpu"
+n = min(seqlen, 128)
+qkv = [t[:, :n].to(dev) for t in (q8, k8, v8)]
 outs = {}
 for layout in ("contiguous", "transposed"):
-    outs[layout] = attention_exact(q8, k8, v8, causal=True,
-                                   q_descale=descale_from_heads(qd.contiguous(), batch, layout=layout),
-                                   k_descale=descale_from_heads(kd.contiguous(), batch, layout=layout),
-                                   v_descale=vd if layout == "transposed" else vd.contiguous())
+    outs[layout] = fp8lab.attention(
+        *qkv, causal=True, backend="triton",
+        q_descale=descale_from_heads(qd.contiguous().to(dev), batch, layout=layout),
+        k_descale=descale_from_heads(kd.contiguous().to(dev), batch, layout=layout),
+        v_descale=(descale_from_scalar(vd[0, 0], batch, heads_kv, device=dev) if layout == "transposed"
+                   else vd.contiguous().to(dev)))  # one value: stride 0, or materialized
 same = torch.equal(outs["contiguous"], outs["transposed"])
 record("layouts_bitwise_equal", same)
 assert same
@@ -336,9 +351,21 @@ display(fallback.pivot(index="q_amax", columns="mode", values=["rel_l2", "q_satu
 #    which did the fallback intend? Put `(vllm, intended)` in `answer_3`.
 
 # %%
-answer_1 = (0, 0)  # replace with your answer
-answer_2 = 3  # replace with your answer
-answer_3 = (1.0, 0.02)  # replace with your answer
+answer_1 = None  # strides, a tuple: replace None with your answer
+answer_2 = None  # a kv head index
+answer_3 = None  # (vllm, intended)
+
+# %% tags=["solution", "hide-input"]
+# Solution (collapsed; it fills in only the answers you left at None):
+# expand() repeats one value without copying it, so both strides are 0; query head h reads kv
+# head h // (32 // 8) = 13 // 4 = 3; vLLM overwrites the fallback q_scale with 1.0, where the
+# fallback meant k's 0.02.
+if answer_1 is None:
+    answer_1 = (0, 0)
+if answer_2 is None:
+    answer_2 = 13 // (32 // 8)
+if answer_3 is None:
+    answer_3 = (1.0, 0.02)
 
 # %% [markdown]
 # Check (the solutions are computed by the package):

@@ -74,9 +74,10 @@ matrix
 
 # %% [markdown]
 # Only three things run FP8 attention: FA3 (four ways to get it, all Hopper
-# only), our own kernels (the Triton kernel on Ada and Hopper, which have FP8
-# tensor cores; on Hopper first the Gluon kernel, batched calls only), and the
-# reference (slow, anywhere). FA2 and SDPA take 16-bit inputs.
+# only), our own kernels (the Triton kernel from compute capability 8.9, where FP8
+# tensor cores start: Ada, Hopper, Blackwell; on Hopper first the Gluon kernel,
+# batched calls only), and the reference (slow, anywhere). FA2 and SDPA take
+# 16-bit inputs.
 
 # %% [markdown]
 # ## 2. This machine
@@ -156,7 +157,8 @@ ampere = decide(MACHINES["A100 (8.0)"], everything, Request("fp8", 128), backend
 print(ampere.error_message("fa2"))
 
 # %% [markdown]
-# The same through `attention()` on this machine, caught and shown:
+# The same through `attention()` on this machine, caught and shown (on a CPU the first reason
+# given is that FA2 needs a GPU; on a GPU without FA3 it is the FP8 refusal above):
 
 # %%
 heads_kv = max(1, heads_q // 4)
@@ -187,7 +189,8 @@ def rel_l2(x: torch.Tensor) -> float:
 
 
 errors = pd.DataFrame([
-    {"path": "FA2 on dequantized bf16 (fp8_fallback='dequantize')", "rel L2 vs exact": rel_l2(fallback)},
+    {"path": "a bf16 provider (here SDPA, standing in for FA2) on dequantized bf16 (fp8_fallback='dequantize')",
+     "rel L2 vs exact": rel_l2(fallback)},
     {"path": "FA3's FP8 forward (emulated: P cast to e4m3)", "rel L2 vs exact": rel_l2(fa3_like)},
 ])
 record("04.dequantize_fallback_rel_l2", rel_l2(fallback))
@@ -236,7 +239,7 @@ pd.DataFrame(rule)
 # ## Summary
 #
 # - FP8 attention needs FP8 tensor cores and a kernel that uses them: FA3 on
-#   Hopper, or our kernels: the Triton one on Ada/Hopper, the Gluon one on Hopper
+#   Hopper, or our kernels: the Triton one from 8.9 (Ada, Hopper, Blackwell), the Gluon one on Hopper
 #   (batched calls). FA2 never runs FP8.
 # - `gating.decide` is a pure function of device, installed providers and
 #   request; `fp8lab doctor` prints its table for this machine, and
@@ -248,10 +251,12 @@ pd.DataFrame(rule)
 #
 # ## Exercises
 #
-# Each exercise has a cell for your answer, a hidden solution cell, and a check.
+# Each exercise has a cell for your answer, a hidden solution cell (it fills in only an answer
+# left at None), and a check.
 #
-# **1.** An H100 has only the fa3-fwd wheel installed. Which `backend:provider`
-# runs FP8 inputs with head dim 80? And bf16 inputs in fp16 instead?
+# **1.** An H100 has only the fa3-fwd wheel installed, and for this exercise nothing else, not even
+# PyTorch's SDPA or fp8lab's own kernels (`available={"fa3-fwd"}`). Which `backend:provider`
+# runs FP8 inputs with head dim 80? And fp16 inputs instead?
 
 # %%
 answer_1 = None  # (fp8 label, fp16 label), e.g. ("fa3:vllm", "error")
@@ -259,7 +264,8 @@ answer_1 = None  # (fp8 label, fp16 label), e.g. ("fa3:vllm", "error")
 # %% tags=["solution", "hide-input"]
 # Solution: 80 is a multiple of 16, so FA3 takes FP8 at d=80 (padded to the 96 tile);
 # fa3-fwd is built without fp16 (FLASHATTENTION_DISABLE_FP16) and nothing else is installed.
-answer_1 = ("fa3:fa3-fwd", "error")
+if answer_1 is None:  # fills in only an answer you left at None
+    answer_1 = ("fa3:fa3-fwd", "error")
 
 # %%
 only_fa3_fwd = {"fa3-fwd"}
@@ -278,7 +284,8 @@ answer_2 = None  # a label such as "fa3:vllm"
 # Solution: the override makes the FlashAttention choice FA2, which cannot run FP8;
 # auto moves on to fp8lab's own kernels, and on 9.x a batched call at head dim 128
 # goes to the first of them, the Gluon kernel.
-answer_2 = "triton:gluon"
+if answer_2 is None:  # fills in only an answer you left at None
+    answer_2 = "triton:gluon"
 
 # %%
 assert answer_2 == decide(MACHINES["H100 (9.0)"], everything, Request("fp8", 128),
@@ -295,7 +302,8 @@ answer_3 = None  # (label without the option, label with it)
 # %% tags=["solution", "hide-input"]
 # Solution: Blackwell falls back from FA3 to FA2, FA2 cannot run FP8: error.
 # fp8_fallback="dequantize" runs vLLM's FA2 on dequantized bf16.
-answer_3 = ("error", "fa2:vllm-fa2 (dequantized)")
+if answer_3 is None:  # fills in only an answer you left at None
+    answer_3 = ("error", "fa2:vllm-fa2 (dequantized)")
 
 # %%
 b200 = {"vllm", "vllm-fa2", "sdpa"}

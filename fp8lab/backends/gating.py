@@ -248,7 +248,7 @@ def provider_reasons(
             reasons.append(f"needs compute capability >= {spec.min_capability[0]}.{spec.min_capability[1]}, this is {cap[0]}.{cap[1]}")
         if req.dtype == "fp8" and spec.fp8_min_capability and cap < spec.fp8_min_capability:
             m = spec.fp8_min_capability
-            reasons.append(f"FP8 tensor-core MMAs need compute capability >= {m[0]}.{m[1]} (Ada/Hopper), this is {cap[0]}.{cap[1]}")
+            reasons.append(f"FP8 tensor-core MMAs need compute capability >= {m[0]}.{m[1]} (Ada, Hopper, Blackwell), this is {cap[0]}.{cap[1]}")
     if req.dtype not in spec.dtypes:
         if req.dtype == "fp8" and "bf16" in spec.dtypes and req.fp8_fallback == "dequantize":
             dequantize = True
@@ -256,7 +256,7 @@ def provider_reasons(
             reasons.append(
                 "FA2 cannot run FP8 inputs: FP8 attention needs FA3 on a compute capability 9.x (Hopper) GPU "
                 "(vLLM: 'FlashAttention does not support fp8 kv-cache on this device'). Use backend='fa3' on Hopper, "
-                "backend='triton' on Ada/Hopper, backend='reference' anywhere, or pass fp8_fallback='dequantize' "
+                "backend='triton' from compute capability 8.9 (Ada, Hopper, Blackwell), backend='reference' anywhere, or pass fp8_fallback='dequantize' "
                 "to run FA2 on the dequantized bf16 inputs"
             )
         elif req.dtype == "fp8":
