@@ -50,26 +50,7 @@ pd.set_option("display.max_colwidth", 120)
 # compute capability 9.x). The table is generated from that data.
 
 # %%
-def capability(spec: gating.ProviderSpec) -> str:
-    if spec.capability_major is not None:
-        return f"{spec.capability_major}.x only"
-    where = []
-    if spec.cuda:
-        where.append(f">= {spec.min_capability[0]}.{spec.min_capability[1]}" if spec.min_capability > (0, 0) else "any GPU")
-    if spec.cpu:
-        where.append("CPU" + (" (TRITON_INTERPRET=1)" if spec.backend == "triton" else ""))
-    return ", ".join(where)
-
-
-HEAD_RULES = {"fa3": "<= 256, multiple of 8 (FP8: 16)", "fa2": "<= 256, multiple of 8, dv == d",
-              "triton": "16..256, multiple of 16, dv == d", "gluon": "64, 128 or 256, dv == d", "any": "any"}
-matrix = pd.DataFrame([
-    {"backend": s.backend, "provider": s.name, "dtypes": "/".join(s.dtypes), "GPU": capability(s),
-     "FP8 needs": f">= {s.fp8_min_capability[0]}.{s.fp8_min_capability[1]}" if s.fp8_min_capability else
-     ("9.x" if "fp8" in s.dtypes and s.capability_major else ("-" if "fp8" not in s.dtypes else "any")),
-     "head dims": HEAD_RULES[s.head_dims], "varlen": s.varlen, "lse": s.returns_lse}
-    for s in PROVIDERS.values()
-])
+matrix = pd.DataFrame(gating.capability_rows())
 matrix
 
 # %% [markdown]

@@ -240,3 +240,10 @@ def test_captured_varlen_calls_go_to_providers_that_read_lengths_on_the_device()
     deq = Request("fp8", 128, varlen=True, lengths_on_device=True, fp8_fallback="dequantize")
     reasons, dequantize = gating.provider_reasons(PROVIDERS["vllm-fa2"], HOPPER, deq, NO_ENV)
     assert dequantize and any("dequantizing for vllm-fa2" in r for r in reasons)
+
+
+def test_capability_rows_describe_every_provider():
+    rows = {r["provider"]: r for r in gating.capability_rows()}
+    assert list(rows) == list(gating.PROVIDERS) and {s.head_dims for s in gating.PROVIDERS.values()} <= set(gating.HEAD_DIM_RULES)
+    assert rows["triton"]["FP8 needs"] == ">= 8.9" and "CPU" in rows["triton"]["GPU"]
+    assert rows["fa3-fwd"]["GPU"] == "9.x only" and rows["vllm-fa2"]["FP8 needs"] == "-"

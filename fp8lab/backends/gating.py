@@ -40,12 +40,14 @@ from typing import Iterable, Mapping
 __all__ = [
     "BACKENDS",
     "DTYPES",
+    "HEAD_DIM_RULES",
     "PROVIDERS",
     "Decision",
     "Device",
     "ProviderSpec",
     "Request",
     "architecture",
+    "capability_rows",
     "decide",
     "flash_attn_supports_fp8",
     "flash_attn_version",
@@ -185,6 +187,37 @@ def provider_order(backend: str, env: Mapping[str, str] | None = None) -> list[s
     if unknown:
         raise ValueError(f"{var}: unknown {backend} providers {unknown}; known: {default}")
     return names
+
+
+# `ProviderSpec.head_dims` rules in words (what `_head_dim_reasons` checks).
+HEAD_DIM_RULES: dict[str, str] = {
+    "fa3": "<= 256, multiple of 8 (FP8: 16)", "fa2": "<= 256, multiple of 8, dv == d",
+    "triton": "16..256, multiple of 16, dv == d", "gluon": "64, 128 or 256, dv == d", "any": "any",
+}
+
+
+def capability_rows() -> list[dict[str, object]]:
+    """`PROVIDERS` as a table, one row per provider: backend, dtypes, where it runs, what FP8 needs,
+    head dims (`HEAD_DIM_RULES`), varlen, lse (notebook 04's capability matrix)."""
+    def where(s: ProviderSpec) -> str:
+        if s.capability_major is not None:
+            return f"{s.capability_major}.x only"
+        out = [(f">= {s.min_capability[0]}.{s.min_capability[1]}" if s.min_capability > (0, 0) else "any GPU")] \
+            if s.cuda else []
+        if s.cpu:
+            out.append("CPU" + (" (TRITON_INTERPRET=1)" if s.backend == "triton" else ""))
+        return ", ".join(out)
+
+    def fp8_needs(s: ProviderSpec) -> str:
+        if "fp8" not in s.dtypes:
+            return "-"
+        if s.fp8_min_capability:
+            return f">= {s.fp8_min_capability[0]}.{s.fp8_min_capability[1]}"
+        return f"{s.capability_major}.x" if s.capability_major else "any"
+
+    return [{"backend": s.backend, "provider": s.name, "dtypes": "/".join(s.dtypes), "GPU": where(s),
+             "FP8 needs": fp8_needs(s), "head dims": HEAD_DIM_RULES[s.head_dims], "varlen": s.varlen,
+             "lse": s.returns_lse} for s in PROVIDERS.values()]
 
 
 def _head_dim_reasons(rule: str, req: Request) -> list[str]:
