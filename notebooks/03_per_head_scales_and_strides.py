@@ -42,12 +42,12 @@ import fp8lab  # noqa: E402
 from fp8lab import data, formats, metrics  # noqa: E402
 from fp8lab.notebooks import record
 from fp8lab.plots import scaling as splots
-from fp8lab.reference import attention_exact
 from fp8lab.scaling import (
     PerHead,
     PerTensor,
     PerToken,
     ScaleStrategy,
+    as_kernel_reads,
     compute_amax,
     dequantize,
     descale_from_heads,
@@ -57,7 +57,7 @@ from fp8lab.scaling import (
     quantize_for_fa3,
     resolve_checkpoint_scales,
 )
-from fp8lab.scaling.experiments import fallback_sweep
+from fp8lab.scaling.experiments import fallback_sweep, head_spread_sweep
 
 
 
@@ -66,15 +66,6 @@ if smoke:
 sns.set_theme(style="whitegrid")
 E4M3 = formats.get_format("e4m3fn")
 
-
-def fp8_attention_error(q, k, v, strategy_q, strategy_kv, *, causal=True):
-    """Relative L2 error (whole output and worst query head) of exact attention on FP8 inputs."""
-    ref = attention_exact(q, k, v, causal=causal)
-    q8, qd = quantize_for_fa3(q, strategy_q, heads_kv)
-    k8, kd = quantize_for_fa3(k, strategy_kv, heads_kv)
-    v8, vd = quantize_for_fa3(v, strategy_kv, heads_kv)
-    out = attention_exact(q8, k8, v8, causal=causal, q_descale=qd, k_descale=kd, v_descale=vd)
-    return metrics.rel_l2(out, ref), float(metrics.rel_l2(out, ref, per_head=True).max())
 
 
 # %% [markdown]
@@ -92,15 +83,7 @@ def fp8_attention_error(q, k, v, strategy_q, strategy_kv, *, causal=True):
 # %%
 q0, k0, v0 = data.make_qkv("normal", batch=batch, seqlen_q=seqlen, heads_q=heads_q, heads_kv=heads_kv,
                            head_dim=head_dim, seed=seed, dtype=torch.float64)
-rows = []
-for s in spreads_log2:
-    f = data.head_factors(heads_kv, s / 2).double()[None, None, :, None]
-    q, k, v = q0 / f.repeat_interleave(heads_q // heads_kv, dim=2), k0 * f, v0 * f
-    for name, sq, skv in (("per tensor", ScaleStrategy(PerTensor()), ScaleStrategy(PerTensor())),
-                          ("per KV head", ScaleStrategy(PerHead(heads_kv)), ScaleStrategy(PerHead()))):
-        whole, worst = fp8_attention_error(q, k, v, sq, skv)
-        rows.append({"spread (binades)": s, "scales": name, "rel_l2": whole, "worst head rel_l2": worst})
-sweep = pd.DataFrame(rows)
+sweep = head_spread_sweep(q0, k0, v0, spreads_log2)
 fig, ax = plt.subplots(figsize=(9, 4))
 sns.lineplot(data=sweep, x="spread (binades)", y="worst head rel_l2", hue="scales", style="scales", markers=True, ax=ax)
 ax.set_yscale("log")
@@ -151,12 +134,6 @@ variants = {
 }
 
 
-def kernel_read(t: torch.Tensor) -> torch.Tensor:
-    """What FA3's kernel reads: element b * stride0 + h * stride1 of the storage behind t."""
-    storage = torch.tensor([], dtype=t.dtype).set_(t.untyped_storage())
-    b, h = torch.meshgrid(torch.arange(t.shape[0]), torch.arange(t.shape[1]), indexing="ij")
-    return storage[t.storage_offset() + b * t.stride(0) + h * t.stride(1)]
-
 
 stride_table = pd.DataFrame([{
     "descale": name,
@@ -164,7 +141,7 @@ stride_table = pd.DataFrame([{
     "strides": t.stride(),
     "contiguous": t.is_contiguous(),
     "bytes of storage": t.untyped_storage().nbytes(),
-    "kernel reads the same values": bool(torch.equal(kernel_read(t), t)),
+    "kernel reads the same values": bool(torch.equal(as_kernel_reads(t), t)),
 } for name, t in variants.items()]).set_index("descale")
 record("descale_strides", {k: list(v) for k, v in stride_table["strides"].items()})
 stride_table

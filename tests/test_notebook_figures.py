@@ -26,6 +26,34 @@ def test_quickstart(executed_notebooks):
     assert rel["bf16"] < rel["fp8"] / 5, "bf16 attention should be far more accurate than FP8"
 
 
+def test_numerics(executed_notebooks):
+    f = figures(executed_notebooks, "01_fp8_numerics")
+    assert f["format_table"]["e4m3fn"]["max"] == 448.0 and f["format_table"]["e4m3fnuz"]["max"] == 240.0
+    rms = f["rms_rel_error_normal_range"]  # one mantissa bit more halves the error; fnuz keeps the precision
+    assert rms["e4m3fn"] == rms["e4m3fnuz"] and 1.9 < rms["e5m2"] / rms["e4m3fn"] < 2.1
+    assert f["rms_rel_error_normal_range"]["e4m3fn"] < 2.0**-4 / 2
+
+
+def test_per_head_scales_and_strides(executed_notebooks):
+    f = figures(executed_notebooks, "03_per_head_scales_and_strides")
+    assert f["layouts_bitwise_equal"] is True
+    assert f["descale_strides"]["scalar, expand"] == [0, 0] and f["descale_strides"]["per head, expand"][0] == 0
+    sweep = f["head_spread_sweep"]  # one per-tensor scale fails at the widest spread, per-head scales do not
+    worst = dict(zip(zip(sweep["spread (binades)"], sweep["scales"]), sweep["worst head rel_l2"]))
+    widest = max(sweep["spread (binades)"])
+    assert worst[(widest, "per tensor")] > 5 * worst[(widest, "per KV head")]
+    assert f["vllm_q_when_missing"] == 1.0
+    fallback = f["fallback_rel_l2"]  # the defect costs nothing near Q amax 448 and a lot far from it
+    far = fallback[min(fallback, key=float)]
+    assert far["vllm"] > 5 * far["intended"] and far["intended"] == pytest.approx(far["ideal"])
+
+
+def test_version_gating(executed_notebooks):
+    f = figures(executed_notebooks, "04_fa2_fa3_version_gating")
+    assert f["04.dequantize_fallback_rel_l2"] < f["04.fa3_emulation_rel_l2"] / 2  # bf16 rounding only vs the P cast
+    assert set(f["04.decisions_this_machine"]) >= {"fp8/128", "bf16/128"}
+
+
 def test_kv_cache(executed_notebooks):
     f = figures(executed_notebooks, "06_fp8_kv_cache")
     assert f["tokens_ratio_fp8_vs_bf16"] == pytest.approx(2.0, rel=1e-3)

@@ -575,3 +575,29 @@ def test_plots_draw():
     with pytest.raises(ValueError, match="multiple"):
         splots.plot_gqa_mapping(6, 4)
     plt.close("all")
+
+
+def test_as_kernel_reads_follows_strides_where_a_contiguity_bug_would_not():
+    from fp8lab.scaling import as_kernel_reads, descale_from_heads, descale_from_scalar
+
+    vals = torch.rand(3, generator=torch.Generator().manual_seed(4)) + 0.1
+    for d in (descale_from_scalar(0.3, 2, 3), *(descale_from_heads(vals, 2, layout=lay)
+                                              for lay in ("expand", "contiguous", "transposed"))):
+        assert torch.equal(as_kernel_reads(d), d) and as_kernel_reads(d).is_contiguous()
+    t = descale_from_heads(vals, 2, layout="transposed")
+    storage = torch.tensor([], dtype=t.dtype).set_(t.untyped_storage())
+    assert not torch.equal(storage[:6].reshape(2, 3), t)  # what reading b * heads_kv + h would give
+    with pytest.raises(ValueError, match=r"expected \(batch, heads_kv\)"):
+        as_kernel_reads(vals)
+
+
+def test_head_spread_sweep_breaks_one_per_tensor_scale_only():
+    from fp8lab import data
+    from fp8lab.scaling.experiments import head_spread_sweep
+
+    q, k, v = data.make_qkv("normal", batch=1, seqlen_q=64, heads_q=4, heads_kv=2, head_dim=32, seed=1,
+                            dtype=torch.float64)
+    sweep = head_spread_sweep(q, k, v, (0, 24)).set_index(["spread (binades)", "scales"])["worst head rel_l2"]
+    assert sweep[0, "per tensor"] == pytest.approx(sweep[0, "per KV head"], rel=0.05)
+    assert sweep[24, "per KV head"] == pytest.approx(sweep[0, "per KV head"], rel=0.05)  # scores unchanged
+    assert sweep[24, "per tensor"] > 10 * sweep[24, "per KV head"]  # the small heads flush to zero

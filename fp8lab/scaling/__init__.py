@@ -17,7 +17,14 @@ from fp8lab.scaling.checkpoint import (
     ScaleFallbackWarning,
     resolve_checkpoint_scales,
 )
-from fp8lab.scaling.fa3 import descale_from_heads, descale_from_scalar, descale_from_tokens, group_max, quantize_for_fa3
+from fp8lab.scaling.fa3 import (
+    as_kernel_reads,
+    descale_from_heads,
+    descale_from_scalar,
+    descale_from_tokens,
+    group_max,
+    quantize_for_fa3,
+)
 from fp8lab.scaling.granularity import Granularity, PerBlock, PerChannel, PerHead, PerTensor, PerToken
 from fp8lab.scaling.strategy import (
     CurrentAmax,
@@ -56,6 +63,7 @@ __all__ = [
     "descale_from_amax",
     "descale_from_heads",
     "descale_from_scalar",
+    "as_kernel_reads",
     "descale_from_tokens",
     "fake_quantize",
     "group_max",

@@ -15,7 +15,7 @@ from fp8lab import metrics
 from fp8lab.scaling.checkpoint import resolve_checkpoint_scales
 from fp8lab.scaling.strategy import ScaleStrategy, dequantize, descale_from_amax, quantize, quantize_with_descale
 
-__all__ = ["METRIC_NAMES", "compare_strategies", "delayed_trace", "fallback_sweep"]
+__all__ = ["METRIC_NAMES", "compare_strategies", "delayed_trace", "fallback_sweep", "head_spread_sweep"]
 
 METRIC_NAMES: tuple[str, ...] = ("rmse", "rel_l2", "cosine", "sqnr")
 
@@ -142,4 +142,41 @@ def fallback_sweep(
                 "rel_l2": metrics.rel_l2(out, ref),
                 "sqnr": metrics.sqnr(out, ref),
             })
+    return pd.DataFrame(rows)
+
+
+def head_spread_sweep(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    spreads_log2: Sequence[float],
+    *,
+    causal: bool = True,
+) -> pd.DataFrame:
+    """Per-tensor against per-KV-head scales as the KV heads' ranges spread apart (notebook 03, section 1).
+
+    q (batch, seqlen, heads_q, d), k and v (batch, seqlen, heads_kv, d), float. For each spread `s`
+    (binades), K and V of head j are multiplied by `data.head_factors(heads_kv, s / 2)[j]` and the
+    query heads that read it divided by it: the scores and attention pattern are unchanged, so any
+    change in the relative error comes from FP8 alone. Q, K and V are quantized for FA3
+    (`quantize_for_fa3`) per tensor and per (sequence, kv head), and exact attention runs on the FP8
+    inputs. Columns: spread (binades), scales, rel_l2 (whole output), worst head rel_l2.
+    """
+    from fp8lab.data import head_factors
+    from fp8lab.reference import attention_exact
+    from fp8lab.scaling.fa3 import quantize_for_fa3
+    from fp8lab.scaling.granularity import PerHead, PerTensor
+
+    heads_q, heads_kv = q.shape[2], k.shape[2]
+    rows = []
+    for s in spreads_log2:
+        f = head_factors(heads_kv, s / 2).double()[None, None, :, None]
+        qs, ks, vs = q.double() / f.repeat_interleave(heads_q // heads_kv, dim=2), k.double() * f, v.double() * f
+        ref = attention_exact(qs, ks, vs, causal=causal)
+        for name, sq, skv in (("per tensor", ScaleStrategy(PerTensor()), ScaleStrategy(PerTensor())),
+                              ("per KV head", ScaleStrategy(PerHead(heads_kv)), ScaleStrategy(PerHead()))):
+            (q8, qd), (k8, kd), (v8, vd) = (quantize_for_fa3(t, st, heads_kv) for t, st in ((qs, sq), (ks, skv), (vs, skv)))
+            out = attention_exact(q8, k8, v8, causal=causal, q_descale=qd, k_descale=kd, v_descale=vd)
+            rows.append({"spread (binades)": s, "scales": name, "rel_l2": metrics.rel_l2(out, ref),
+                         "worst head rel_l2": float(metrics.rel_l2(out, ref, per_head=True).max())})
     return pd.DataFrame(rows)

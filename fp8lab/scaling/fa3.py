@@ -26,6 +26,7 @@ from fp8lab.scaling.granularity import PerBlock, PerChannel, PerHead, PerTensor,
 from fp8lab.scaling.strategy import ScaleStrategy, quantize, quantize_with_descale
 
 __all__ = [
+    "as_kernel_reads",
     "descale_from_scalar",
     "descale_from_heads",
     "descale_from_tokens",
@@ -179,3 +180,16 @@ def quantize_for_fa3(
         )
     values = per_head[0] if per_head.shape[0] == 1 and batch != 1 else per_head
     return x_fp8, descale_from_heads(values, batch, layout=layout, name=f"{name}_descale")
+
+
+def as_kernel_reads(descale: torch.Tensor) -> torch.Tensor:
+    """What FA3's kernel reads for a (batch, heads_kv) descale: element `offset + b * stride(0) +
+    h * stride(1)` of the storage behind it, as a new contiguous tensor. Equal to `descale` for every
+    valid layout (expanded, contiguous, transposed views); a kernel that assumed contiguity would read
+    `b * heads_kv + h` instead."""
+    if descale.dim() != 2:
+        raise ValueError(f"descale: expected (batch, heads_kv), got shape {tuple(descale.shape)}")
+    storage = torch.tensor([], dtype=descale.dtype, device=descale.device).set_(descale.untyped_storage())
+    b, h = torch.meshgrid(torch.arange(descale.shape[0], device=descale.device),
+                          torch.arange(descale.shape[1], device=descale.device), indexing="ij")
+    return storage[descale.storage_offset() + b * descale.stride(0) + h * descale.stride(1)]
