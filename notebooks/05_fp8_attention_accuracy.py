@@ -217,7 +217,9 @@ plt.show()
 # grows with the context while each new product stays small, so more and more of each product
 # is cut away. vLLM's fix (two-level accumulation) starts a fresh accumulator per key block and
 # adds it into an fp32 O. V gets +1 here so that P·V grows with the context as it does with
-# real value vectors (with zero-mean V the sum stays small and little is lost).
+# real value vectors (with zero-mean V the sum stays small and little is lost). fp8lab's own FP8
+# kernels accumulate as upstream FA3 does, with the same error; `AttentionConfig(pv_flush=True)`
+# gives the Triton kernel vLLM's two levels (notebook 08 (n)).
 
 # %%
 lc = ex.long_context_table(tuple(lens), queries=16 if not smoke else 4, heads=2 if not smoke else 1,
