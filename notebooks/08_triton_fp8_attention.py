@@ -54,6 +54,7 @@ results_dir: str = "auto"  # auto: results/h200 of this checkout
 # %%
 import math
 import os
+from dataclasses import replace
 
 import torch
 
@@ -704,6 +705,8 @@ pv_speed.round(0)
 # 8. With the tile counter (`dynamic=True`), a launch has T tiles and G < T programs. How many atomic
 #    adds on the tile counter does it make in all, counting the last one of each program, which
 #    finds no tile? Set `answer_8` for 2x8192x32x128 causal (128 query rows per tile, 132 programs).
+# 9. Which `AttentionConfig` switch keeps the Triton kernel's error flat as the context grows, and what
+#    fraction of its speed does it keep at 2x8192x32x128 non-causal (section (n))? Set `answer_9`.
 
 # %%
 answer_1 = None  # a ratio
@@ -714,6 +717,7 @@ answer_5 = None  # a column in 0..31
 answer_6 = None  # registers
 answer_7 = None  # tiles
 answer_8 = None  # atomic adds
+answer_9 = None  # (switch name, fraction of the speed kept)
 
 # %% tags=["solution", "hide-input"]
 # Solution (collapsed): computed, not typed in.
@@ -733,6 +737,9 @@ if answer_7 is None:
     answer_7 = math.ceil(math.ceil(4096 / 192) * 4 * 32 / 132)  # 22 query blocks x 4 x 32 = 2816 tiles over 132
 if answer_8 is None:
     answer_8 = (8192 // 128) * 2 * 32  # T - G tiles taken after the first G, plus G that find none: T
+if answer_9 is None:
+    answer_9 = ("pv_flush", pv_speed.loc["2x8192x32x128", "m128n128w4s3-pf"]  # section (n): fp32 per block
+                / pv_speed.loc["2x8192x32x128", "m128n128w4s3"])
 
 # %%
 err0 = float(rel_l2(fp8_attention(qp, kp, vp, *dp, max_offset=0.0), exact_p))
@@ -751,5 +758,10 @@ assert cfg7 == default_ws_config(64, False, key_ordered=True), "not the default 
 assert answer_7 == math.ceil(math.ceil(4096 / cfg7.block_m) * 4 * 32 / 132), "tiles = query blocks x batch x heads"
 tiles8, grid8 = math.ceil(8192 / WsConfig().block_m) * 2 * 32, 132
 assert answer_8 == (tiles8 - grid8) + grid8, "one add per tile after the first G, and one per program that finds none"
+kept = pv_speed.loc["2x8192x32x128", "m128n128w4s3-pf"] / pv_speed.loc["2x8192x32x128", "m128n128w4s3"]
+assert answer_9[0] in A.AttentionConfig.__dataclass_fields__ and getattr(
+    replace(A.default_config(128, False), **{answer_9[0]: True}), "pv_flush"), "the switch of section (n)"
+assert abs(answer_9[1] - kept) < 0.01, f"read it from pv_speed: {kept:.3f}"
+print(f"9: {answer_9[0]}, {answer_9[1]:.2f} of the speed")
 print(f"1: {answer_1:.3f}x   2: block_n {answer_2}   3: {answer_3:.0f}   4: key {answer_4}   5: column {answer_5}   "
       f"6: {answer_6} registers   7: {answer_7} tiles   8: {answer_8} atomic adds")
