@@ -177,7 +177,7 @@ split[[c for c in split.columns if c[1] in ("normal", "outlier_channels", "sinks
 #   relative precision across its normal range: a bigger amax moves every value down
 #   the grid, but values keep their 3 mantissa bits until they fall below the smallest
 #   normal (2^-6 · descale) into the subnormals. Finer granularity gains a little
-#   only because more groups means more largest elements stored exactly: `sqnr_rest` is
+#   only because more groups means more largest elements stored exactly: `sqnr_rest` is nearly
 #   the same for every current strategy.
 # * The worst-head SQNR shows the granularity story beginning: on `head_ranges` (head
 #   ranges 2^12 apart) the per-tensor scale costs the smallest head some SQNR
