@@ -656,10 +656,10 @@ pv_speed.round(0)
 # Both our kernels and FA3 land on the emulation's 13-bit accumulator model to three or four digits,
 # and their error grows from 0.024 at 2k keys to 0.44 at 64k. With `pv_flush` the error stays at
 # the fp32-accumulation level, 0.0025-0.0033, which is what the "flush every block" model
-# predicts. The price, in this first form, is 35-40 % of the speed at 16k tokens: the block's
-# product needs its own fp32 tile of registers beside O, and the MMA can no longer add into O in
-# place. So the default stays FA3's; for long contexts, take `pv_flush`. (The Gluon kernel has no
-# such switch yet.)
+# predicts. The price, in this first form, is a loss of 35-40 % of the speed at 16k tokens, most
+# likely because the block's product needs its own fp32 tile of registers beside O and the MMA can
+# no longer add into O in place (the SASS was not read). So the default stays FA3's; for long
+# contexts, take `pv_flush`. (The Gluon kernel has no such switch yet.)
 
 # %% [markdown]
 # ## Summary
