@@ -97,14 +97,8 @@ def plot_quant_sizes(df: pd.DataFrame, target: float = 0.85, ax: plt.Axes | None
                  errorbar=("pi", 100), ax=ax)
     ax.set_xscale("log", base=2)
     ax.set_xticks(sorted(df["mib"].unique()), [str(m) for m in sorted(df["mib"].unique())])
-    ax.axhline(target, ls="--", color="k", lw=1)
-    ax.text(0.01, target + 0.01, f"{target:.0%} of the copy timed at each size", fontsize=8,
-            transform=ax.get_yaxis_transform())
-    ax.set_xlabel("MiB of bf16 x (1 x tokens x 32 heads x 128)")
-    ax.set_ylabel("useful bandwidth / this run's copy")
-    ax.set_title(title)
-    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
-    return ax
+    _target_line(ax, target, f"{target:.0%} of the copy timed at each size")
+    return _copy_fraction_axes(ax, "MiB of bf16 x (1 x tokens x 32 heads x 128)", title)
 
 
 def plot_quant_shapes(df: pd.DataFrame, target: float = 0.85, issue_copy_tbps: float | None = 4.3,
@@ -120,15 +114,21 @@ def plot_quant_shapes(df: pd.DataFrame, target: float = 0.85, issue_copy_tbps: f
     sns.pointplot(data=df, x="split", y="frac_copy_graph", hue="kernel", order=order, errorbar=("pi", 100),
                   markers="o", linestyles="-", dodge=0.3, palette="tab10" if kernels <= 10 else "tab20", ax=ax)
     copy = df["copy_tbps_graph"].median()
-    ax.axhline(target, ls="--", color="k", lw=1)
-    ax.text(0.01, target + 0.01, f"{target:.0%} of this run's copy ({copy:.2f} TB/s)", fontsize=8,
-            transform=ax.get_yaxis_transform())
+    _target_line(ax, target, f"{target:.0%} of this run's copy ({copy:.2f} TB/s)")
     if issue_copy_tbps:
-        line = target * issue_copy_tbps / copy
-        ax.axhline(line, ls=":", color="k", lw=1)
-        ax.text(0.01, line + 0.01, f"{target:.0%} of {issue_copy_tbps} TB/s (the issue's copy figure)", fontsize=8,
-                transform=ax.get_yaxis_transform())
-    ax.set_xlabel("batch x tokens (x 32 heads x 128: the same 128 MiB of bf16)")
+        _target_line(ax, target * issue_copy_tbps / copy, f"{target:.0%} of {issue_copy_tbps} TB/s (the issue's copy figure)",
+                     ls=":")
+    return _copy_fraction_axes(ax, "batch x tokens (x 32 heads x 128: the same 128 MiB of bf16)", title)
+
+
+def _target_line(ax: plt.Axes, y: float, label: str, ls: str = "--") -> None:
+    ax.axhline(y, ls=ls, color="k", lw=1)
+    ax.text(0.01, y + 0.01, label, fontsize=8, transform=ax.get_yaxis_transform())
+
+
+def _copy_fraction_axes(ax: plt.Axes, xlabel: str, title: str) -> plt.Axes:
+    """Labels and legend of the quantization plots (y: useful bandwidth over the copy's)."""
+    ax.set_xlabel(xlabel)
     ax.set_ylabel("useful bandwidth / this run's copy")
     ax.set_title(title)
     ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
