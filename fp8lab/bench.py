@@ -12,7 +12,7 @@ import csv
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterable
+from typing import TYPE_CHECKING, Callable, Iterable, Mapping
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -184,7 +184,8 @@ def bench_grid(
     ]
 
 
-def case_calls(case: AttentionCase, *, device: str = "cuda", seed: int = 0) -> dict[str, Callable[[], object]]:
+def case_calls(case: AttentionCase, *, device: str = "cuda", seed: int = 0,
+               configs: Mapping[str, object] | None = None) -> dict[str, Callable[[], object]]:
     """The grid's providers on one case, as calls for `interleaved_times`, labelled as the records are.
 
     Inputs: N(0, 1) bf16 q, k, v of `case`'s shape, quantized per kv head by `quantize_fp8`
@@ -193,11 +194,13 @@ def case_calls(case: AttentionCase, *, device: str = "cuda", seed: int = 0) -> d
     "vLLM FA3 FP8 varlen" (vLLM's package or its library alone) and "fa3-fwd bf16" (N(0, 1) bf16
     inputs), through `prepare_attention`: checked once, then the provider alone, as the grid
     called them. V's copies are made here, outside the timing, as in the grid.
+    configs: more calls on the same inputs, label -> an `AttentionConfig` (the Triton kernel) or
+    a `WsConfig` (the Gluon kernel, Hopper only: skipped elsewhere).
     """
     import torch
 
     from fp8lab.backends import prepare_attention, probe_all
-    from fp8lab.kernels import fp8_attention, key_ordered_vt, pretranspose_v, quantize_fp8
+    from fp8lab.kernels import AttentionConfig, WsConfig, fp8_attention, key_ordered_vt, pretranspose_v, quantize_fp8
     from fp8lab.kernels.attention_ws import fp8_attention_ws, ws_supported
 
     gen = torch.Generator(device=device).manual_seed(seed)
@@ -209,10 +212,20 @@ def case_calls(case: AttentionCase, *, device: str = "cuda", seed: int = 0) -> d
     vt = pretranspose_v(v)
     calls: dict[str, Callable[[], object]] = {
         "fp8lab": lambda: fp8_attention(q, k, vt, qd, kd, vd, causal=causal)}
-    if ws_supported(torch.device(device)):
+    ws = ws_supported(torch.device(device))
+    if ws:
         vk = key_ordered_vt(v)
         calls["fp8lab ws"] = lambda: fp8_attention_ws(q, k, vk, q_descale=qd, k_descale=kd, v_descale=vd,
                                                       causal=causal)
+    for label, cfg in (configs or {}).items():
+        if isinstance(cfg, AttentionConfig):
+            calls[label] = lambda c=cfg: fp8_attention(q, k, vt, qd, kd, vd, causal=causal, config=c)
+        elif isinstance(cfg, WsConfig):
+            if ws:
+                calls[label] = lambda c=cfg: fp8_attention_ws(q, k, vk, q_descale=qd, k_descale=kd, v_descale=vd,
+                                                              causal=causal, config=c)
+        else:
+            raise TypeError(f"configs[{label!r}]: expected an AttentionConfig or a WsConfig, got {type(cfg).__name__}")
     found = {name for name, (ok, _) in probe_all().items() if ok} if torch.device(device).type == "cuda" else set()
     fp8 = dict(q_descale=qd, k_descale=kd, v_descale=vd, causal=causal)
     if "fa3-fwd" in found:

@@ -33,7 +33,8 @@
 # - **(k)** P packed as the MMA's own words: the registers that let FA3's tiles fit;
 # - **(l)** persistent programs: one per SM, each taking tile after tile, and why causal tiles resist it;
 # - **(m)** tiles from a counter, and one tile without a loop;
-# - **(n)** how O accumulates in the FP8 MMA: FA3's one level against vLLM's two, and what each costs.
+# - **(n)** how O accumulates in the FP8 MMA: FA3's one level against vLLM's two;
+# - **(o)** what the second level costs once its registers fit, in both kernels.
 
 # %% tags=["parameters"]
 smoke: bool = False  # CI: tiny shapes (the interpreter is slow)
@@ -656,10 +657,70 @@ pv_speed.round(0)
 # Both our kernels and FA3 land on the emulation's 13-bit accumulator model to three or four digits,
 # and their error grows from 0.024 at 2k keys to 0.44 at 64k. With `pv_flush` the error stays at
 # the fp32-accumulation level, 0.0025-0.0033, which is what the "flush every block" model
-# predicts. The price, in this first form, is a loss of 35-40 % of the speed at 16k tokens, most
-# likely because the block's product needs its own fp32 tile of registers beside O and the MMA can
-# no longer add into O in place (the SASS was not read). So the default stays FA3's; for long
-# contexts, take `pv_flush`. (The Gluon kernel has no such switch yet.)
+# predicts. The price, in this first form (the default tiles with the switch on), was 35-40 % of the
+# speed at 16k tokens. Section (o) finds where it went.
+
+# %% [markdown]
+# ## (o) `pv_flush` in tiles that fit, in both kernels (v28)
+#
+# The flush keeps a second fp32 tile, the key block's P V, live beside O until it is added. Count
+# what one thread holds (`explain.flush_registers`): the default tile at head dim 128 puts 128 query
+# rows on one warpgroup, so S, O and the new tile are 128 values each, 384 for 255 registers, and
+# the compile spills about 500 bytes per thread. Tiles with 64 rows per warpgroup halve every count.
+
+# %%
+C = A.AttentionConfig
+flush_tiles = pd.DataFrame([explain.flush_registers(c, 128) for c in (
+    C(128, 128, 4, 3), C(128, 128, 4, 3, pv_flush=True), *A.PV_FLUSH_CANDIDATES[128])]).set_index("config")
+record("flush_registers_total", flush_tiles["total"].to_dict())
+flush_tiles
+
+# %% [markdown]
+# (The default without the flush already holds 256 values: ptxas says so, serializing its wgmmas for
+# "insufficient register resources", and still it is the fastest tile there; v2-v10.)
+#
+# The H200 timed every candidate at 2x8192x32xd, with both kernels' defaults and the providers on
+# the same inputs (`scripts/probe_pv_flush.py`, three interleaved rounds). The Gluon kernel got the
+# same switch: `WsConfig(pv_flush=True)`, a fresh accumulator for each block's PV wgmma
+# (`use_acc=False`) and one fp32 add after its wait. Its consumers hold 64 rows each, so its tiles
+# needed no change at head dims 64 and 128.
+
+# %%
+flush_errors, flush_speed, flush_grid = explain.pv_flush(rdir)
+record("v28_long_context_rel_l2", {f"{who} @ {n}": round(float(x), 4) for who, row in flush_errors.iterrows()
+                                   for n, x in row.items()})
+record("v28_pv_flush_tflops", {f"{case} | {who}": round(float(x)) for case, row in flush_speed.iterrows()
+                               for who, x in row.dropna().items()})
+display(flush_errors.round(4))  # noqa: F821 - IPython
+flush_speed.T.round(0)
+
+# %% [markdown]
+# - Every flushing tile has the same error, flat with the context, and so does vLLM's FA3 library
+#   (`vllm-so`): vLLM flushes every block, as its PR #104 says. fa3-fwd, upstream FA3, does not.
+# - The Triton kernel keeps 98-100 % of its speed at head dim 128 with 64-row tiles (749 against 767
+#   TFLOP/s non-causal, 727 against 726 causal), where v27's form kept 58-64 %. At head dim 64 the
+#   flush costs it 0-4 %, and the Gluon kernel 2-4 % at 64 and 128. (Over the whole grid below: at
+#   most 6 % for the Triton kernel, 1-5 % for the Gluon kernel.)
+# - Head dim 256 has no tile that fits: O alone is 128 values per thread at 64 rows, the flush tile
+#   another 128. Every tile lost about half its speed, the Gluon kernel's too (its consumers spill).
+#
+# The whole grid, with the faster of the two flushing kernels against fa3-fwd (which does not
+# flush), against vLLM's FP8 varlen path (which does) and against FA3 in bf16:
+
+# %%
+record("v28_pv_flush_over_fa3", flush_grid["pv_flush / FA3 FP8"].round(3).to_dict())
+record("v28_pv_flush_over_vllm", flush_grid["pv_flush / vLLM FP8 varlen"].round(3).to_dict())
+plots.plot_pv_flush_grid(flush_grid)
+plt.show()
+flush_grid.round(3)
+
+# %% [markdown]
+# With the flush on, the faster of our kernels runs at 0.92-0.98x fa3-fwd at head dim 64 and
+# 0.87-0.94x at 128, where fa3-fwd does not flush at all; it beats vLLM's flushing path in every
+# case (by 11-23 % at 64 and 128, 21-43 % at 256) and FA3 bf16 at 64 and 128. At 256 it keeps
+# 0.41-0.54x fa3-fwd, below FA3 bf16. `pv_flush` stays opt-in: `fp8_attention(..., pv_flush=True)`
+# and `fp8_attention_ws(..., pv_flush=True)` take these tiles (`gpu_config(d, causal,
+# pv_flush=True)` says which).
 
 # %% [markdown]
 # ## Summary
@@ -668,8 +729,9 @@ pv_speed.round(0)
 #   `max - 8`, P in e4m3, fp32 accumulator registers, `v_descale` at the end, blocks last-first.
 # - On Hopper the FP8 MMA keeps about 13 bits of its accumulator, and O accumulates in it over every
 #   key block, as in upstream FA3: the error grows with the context (0.44 rel. L2 at 64k keys on V + 1
-#   inputs). `AttentionConfig(pv_flush=True)` adds each block's P V to O in fp32, as vLLM's library
-#   does: flat at 0.0025, 35-40 % slower (v27, `results/h200/bench_v27_long_context.json`).
+#   inputs). `pv_flush=True` adds each block's P V to O in fp32, as vLLM's library does: flat at
+#   0.0025. In tiles with 64 query rows per warpgroup it costs at most 6 % at head dims 64 and 128,
+#   and about half the speed at 256, where no tile fits (v27, v28: `results/h200/bench_v28_*`).
 # - Under the interpreter it equals the emulation bit for bit, after rounding P and the
 #   output in float32 to dodge the interpreter's wrong casts.
 # - The max offset matters only where P goes subnormal: peaked rows, long contexts.
@@ -706,7 +768,11 @@ pv_speed.round(0)
 #    adds on the tile counter does it make in all, counting the last one of each program, which
 #    finds no tile? Set `answer_8` for 2x8192x32x128 causal (128 query rows per tile, 132 programs).
 # 9. Which `AttentionConfig` switch keeps the Triton kernel's error flat as the context grows, and what
-#    fraction of its speed does it keep at 2x8192x32x128 non-causal (section (n))? Set `answer_9`.
+#    fraction of its speed does it keep at 2x8192x32x128 non-causal in its own default tile (section
+#    (o); `default_config(128, False, pv_flush=True)`)? Set `answer_9`.
+# 10. At head dim 256, how many fp32 values per thread would O and the flush tile need together in a
+#    tile of 64 query rows per warpgroup, and is that more than a thread's 255 registers? Set
+#    `answer_10` to the count.
 
 # %%
 answer_1 = None  # a ratio
@@ -718,6 +784,7 @@ answer_6 = None  # registers
 answer_7 = None  # tiles
 answer_8 = None  # atomic adds
 answer_9 = None  # (switch name, fraction of the speed kept)
+answer_10 = None  # fp32 values per thread
 
 # %% tags=["solution", "hide-input"]
 # Solution (collapsed): computed, not typed in.
@@ -738,8 +805,10 @@ if answer_7 is None:
 if answer_8 is None:
     answer_8 = (8192 // 128) * 2 * 32  # T - G tiles taken after the first G, plus G that find none: T
 if answer_9 is None:
-    answer_9 = ("pv_flush", pv_speed.loc["2x8192x32x128", "m128n128w4s3-pf"]  # section (n): fp32 per block
-                / pv_speed.loc["2x8192x32x128", "m128n128w4s3"])
+    answer_9 = ("pv_flush", flush_speed.loc["2x8192x32x128", "fp8lab m64n128w4s3-pk-pf"]  # section (o)
+                / flush_speed.loc["2x8192x32x128", "fp8lab"])
+if answer_10 is None:
+    answer_10 = 2 * 64 * 256 // 128  # O and the P V tile: 64 rows x 256 columns over 128 threads, each
 
 # %%
 err0 = float(rel_l2(fp8_attention(qp, kp, vp, *dp, max_offset=0.0), exact_p))
@@ -758,10 +827,13 @@ assert cfg7 == default_ws_config(64, False, key_ordered=True), "not the default 
 assert answer_7 == math.ceil(math.ceil(4096 / cfg7.block_m) * 4 * 32 / 132), "tiles = query blocks x batch x heads"
 tiles8, grid8 = math.ceil(8192 / WsConfig().block_m) * 2 * 32, 132
 assert answer_8 == (tiles8 - grid8) + grid8, "one add per tile after the first G, and one per program that finds none"
-kept = pv_speed.loc["2x8192x32x128", "m128n128w4s3-pf"] / pv_speed.loc["2x8192x32x128", "m128n128w4s3"]
+flush_label = "fp8lab " + A.gpu_config(128, False, pv_flush=True).label()
+kept = flush_speed.loc["2x8192x32x128", flush_label] / flush_speed.loc["2x8192x32x128", "fp8lab"]
 assert answer_9[0] in A.AttentionConfig.__dataclass_fields__ and getattr(
     replace(A.default_config(128, False), **{answer_9[0]: True}), "pv_flush"), "the switch of section (n)"
-assert abs(answer_9[1] - kept) < 0.01, f"read it from pv_speed: {kept:.3f}"
-print(f"9: {answer_9[0]}, {answer_9[1]:.2f} of the speed")
+assert abs(answer_9[1] - kept) < 0.01, f"read it from flush_speed, column {flush_label!r}: {kept:.3f}"
+regs10 = explain.flush_registers(C(128, 64, 8, 4, pv_flush=True), 256)
+assert answer_10 == regs10["o"] + regs10["pv_tile"] > regs10["budget"], "O's and the P V tile's values, per thread"
+print(f"9: {answer_9[0]}, {answer_9[1]:.2f} of the speed   10: {answer_10} values for 255 registers")
 print(f"1: {answer_1:.3f}x   2: block_n {answer_2}   3: {answer_3:.0f}   4: key {answer_4}   5: column {answer_5}   "
       f"6: {answer_6} registers   7: {answer_7} tiles   8: {answer_8} atomic adds")

@@ -1331,7 +1331,7 @@ def _cubin_usage_and_sass(cubin: bytes) -> tuple[str, str]:
         return run_tool(bindir / "cuobjdump", "--dump-resource-usage", path), run_tool(bindir / "nvdisasm", "-c", path)
 
 
-def inspect_offline(out: Path) -> None:
+def inspect_offline(out: Path, configs: list | None = None, with_ws: bool = True) -> None:
     """Compile the defaults with and without `permute_keys` for sm_90 on any host (no GPU) and
     report registers, stack (spills), each loop's instruction mix (with the P shuffle's
     SHFL.IDX/SEL/PRMT count) and ptxas' wgmma-serialization notes; then the Gluon kernel's
@@ -1356,12 +1356,12 @@ def inspect_offline(out: Path) -> None:
                K_DESCALE="*fp32", V_DESCALE="*fp32", CU_SEQLENS_Q="*i32", CU_SEQLENS_K="*i32")
     unit_strides = ("stride_vs", "stride_ls", "stride_qdh", "stride_kdh", "stride_vdh")  # == 1: constexpr
     rows = []
-    for d, causal, tag, cfg in inspect_configs():
+    for d, causal, tag, cfg in configs or inspect_configs():
         const = dict(GROUP=1, HEAD_DIM=d, HEAD_DIM_PAD=d, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
                      CAUSAL=causal, VARLEN=False, USE_TMA=False, V_TRANSPOSED=True,
                      WARP_SPECIALIZE=cfg.warp_specialize, MAX_OFFSET=A.FA3_MAX_OFFSET,
                      MASKED_STAGES=cfg.masked_stages or None, PIPELINE_QK=cfg.pipeline_qk,
-                     PERMUTE_KEYS=cfg.permute_keys, ROUND_IN_FP32=False,
+                     PERMUTE_KEYS=cfg.permute_keys, PV_FLUSH=cfg.pv_flush, ROUND_IN_FP32=False,
                      **dict.fromkeys(unit_strides, 1))
         sig = {p: "constexpr" if p in const else ptr.get(p, "fp32" if p == "softmax_scale_log2" else "i32")
                for p in params}
@@ -1396,7 +1396,8 @@ def inspect_offline(out: Path) -> None:
               f"STL {off.get('stl')} LDL {off.get('ldl')} P shuffle {off.get('p_shuffle')} "
               f"serialized: {row['wgmma_serialized'] or 'no'}", flush=True)
     out.mkdir(parents=True, exist_ok=True)
-    rows += inspect_ws_offline()
+    if with_ws:
+        rows += inspect_ws_offline()
     (out / "inspect_sm90.json").write_text(json.dumps(dict(triton=triton.__version__, rows=rows), indent=1))
 
 

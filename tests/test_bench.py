@@ -246,3 +246,11 @@ def test_case_calls_on_the_cpu_run_the_triton_kernel_on_seeded_inputs():
     assert out.shape == (1, 40, 2, 32) and out.dtype.is_floating_point and bool(out.float().isfinite().all())
     assert bench.case_calls(case, device="cpu")["fp8lab"]().equal(out)
     assert not bench.case_calls(case, device="cpu", seed=1)["fp8lab"]().equal(out)
+    from fp8lab.kernels import AttentionConfig, WsConfig
+
+    more = bench.case_calls(case, device="cpu", configs={"m16n16": AttentionConfig(16, 16, 4, 1),
+                                                        "ws": WsConfig(pv_flush=True)})
+    assert set(more) == {"fp8lab", "m16n16"}  # the Gluon config is left out off Hopper
+    assert more["m16n16"]().equal(out)  # the interpreter's default is the same 16 x 16 tile
+    with pytest.raises(TypeError, match="configs\\['x'\\]: expected an AttentionConfig or a WsConfig, got dict"):
+        bench.case_calls(case, device="cpu", configs={"x": {}})

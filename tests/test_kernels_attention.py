@@ -352,13 +352,51 @@ def test_pv_flush_gives_the_same_bits_under_the_interpreter_and_a_label():
             assert_emulation_bits(out, attention_fa3_fp8(q, k, v, *ds, causal=causal, block_n=BN))
 
 
+def test_pv_flush_keyword_takes_its_own_default_tiles_and_refuses_a_config_that_disagrees():
+    """`fp8_attention(..., pv_flush=True)` runs `default_config(..., pv_flush=True)` (v28: on Hopper, tiles
+    whose second fp32 tile fits in registers); a config given with it must flush too."""
+    from fp8lab.kernels import explain
+
+    gen = torch.Generator().manual_seed(28)
+    q, k, v = fp8(gen, 1, 33, 2, 64), fp8(gen, 1, 50, 2, 64), fp8(gen, 1, 50, 2, 64)
+    ds = descales(gen, 1, 2)
+    for d in (64, 96, 128, 256):
+        for causal in (False, True):
+            for pick in (A.default_config, A.gpu_config):
+                assert pick(d, causal, pv_flush=True).pv_flush and not pick(d, causal).pv_flush
+            flush = A.gpu_config(d, causal, pv_flush=True)  # v28: 64 query rows per warpgroup where that fits
+            assert flush in A.PV_FLUSH_CANDIDATES[64 if d <= 64 else 128 if d <= 128 else 256] or (
+                flush == replace(A.gpu_config(d, causal), pv_flush=True))
+            if d == 128:
+                assert explain.flush_registers(flush, d)["total"] <= 255
+    assert all(c.pv_flush for cands in A.PV_FLUSH_CANDIDATES.values() for c in cands)
+    out = fp8_attention(q, k, v, *ds, pv_flush=True)
+    assert torch.equal(out, fp8_attention(q, k, v, *ds, config=A.default_config(64, False, pv_flush=True)))
+    with pytest.raises(ValueError, match="pv_flush=True, but config m32n.*has pv_flush=False"):
+        fp8_attention(q, k, v, *ds, pv_flush=True, config=A.AttentionConfig(32, BN, 4, 2))
+
+
+def test_flush_registers_counts_whole_rows_per_warpgroup():
+    from fp8lab.kernels import explain
+
+    C = A.AttentionConfig
+    one_group = explain.flush_registers(C(128, 128, 4, 3, pv_flush=True), 128)  # 128 rows on one warpgroup
+    assert (one_group["s"], one_group["o"], one_group["pv_tile"], one_group["total"]) == (128, 128, 128, 384)
+    two_groups = explain.flush_registers(C(128, 64, 8, 4), 256)  # 64 rows each; no flush tile
+    assert (two_groups["rows_per_warpgroup"], two_groups["s"], two_groups["o"], two_groups["pv_tile"]) == (64, 32, 128, 0)
+    with pytest.raises(ValueError, match="whole query rows.*block_m=64, num_warps=8"):
+        explain.flush_registers(C(64, 64, 8, 3), 256)  # Triton splits such a tile's columns between warpgroups
+
+
 @pytest.mark.gpu
 @pytest.mark.hopper
 def test_gpu_pv_accumulation_follows_the_fp8_mma_model_and_pv_flush_stays_flat():
     """Hopper's FP8 MMA keeps ~13 bits of its accumulator: with O accumulated across all key blocks (the
     default, upstream FA3's) the error grows with the context as the emulation's accumulator model says;
-    `pv_flush` (vLLM's two levels) stays at the fp32-accumulation error (v27, scripts/probe_long_context.py)."""
+    `pv_flush` (vLLM's two levels) stays at the fp32-accumulation error in every tile the kit offers for it, and
+    in the Gluon kernel (v27, v28; scripts/probe_long_context.py, scripts/probe_pv_flush.py)."""
     from fp8lab.data import make_qkv
+    from fp8lab.kernels.attention_ws import fp8_attention_ws, key_ordered_vt, ws_supported
     from fp8lab.reference import AccumulatorModel, quantize_qkv
 
     q, k, v = make_qkv("normal", seqlen_q=16, seqlen_k=16384, heads_q=4, head_dim=128, seed=5, device=DEV)
@@ -369,9 +407,18 @@ def test_gpu_pv_accumulation_follows_the_fp8_mma_model_and_pv_flush_stays_flat()
     cfg = A.default_config(128, False)
     vt = pretranspose_v(qq.v)
     plain = rel_l2(fp8_attention(qq.q, qq.k, vt, *ds, config=cfg), exact)
-    flush = rel_l2(fp8_attention(qq.q, qq.k, vt, *ds, config=replace(cfg, pv_flush=True)), exact)
     model = rel_l2(attention_fa3_fp8(qq.q, qq.k, qq.v, *ds, block_n=cfg.block_n,
                                      accumulator=AccumulatorModel(13, apply_to_qk=False)), exact)
     fp32 = rel_l2(attention_fa3_fp8(qq.q, qq.k, qq.v, *ds, block_n=cfg.block_n), exact)
     assert abs(plain - model) < 0.05 * model and model > 20 * fp32
-    assert flush < 1.5 * fp32
+    flushed = {c.label(): fp8_attention(qq.q, qq.k, vt, *ds, config=c)
+               for c in (replace(cfg, pv_flush=True), *A.PV_FLUSH_CANDIDATES[128])}
+    flushed["pv_flush=True"] = fp8_attention(qq.q, qq.k, vt, *ds, pv_flush=True)
+    if ws_supported():  # the Gluon kernel: the same model without the flush, flat with it
+        vk = key_ordered_vt(qq.v)
+        ws = {f: fp8_attention_ws(qq.q, qq.k, vk, q_descale=ds[0], k_descale=ds[1], v_descale=ds[2], pv_flush=f)[0]
+              for f in (False, True)}
+        assert abs(rel_l2(ws[False], exact) - model) < 0.05 * model
+        flushed["gluon pv_flush=True"] = ws[True]
+    for label, out in flushed.items():
+        assert rel_l2(out, exact) < 1.5 * fp32, label

@@ -98,6 +98,33 @@ def test_sm90_compile_has_the_fa3_schedule(head_dim, causal, permute_keys, dynam
     assert len(re.findall(r"atom\.global\.\S*add", ptx)) == (2 if cfg.dynamic else 0)
 
 
+COMPILE_FLUSH = """
+import json, sys
+from fp8lab.kernels import attention_ws as W
+d = int(sys.argv[1])
+ptx = {f: W.compile_ws_sm90(d, False, W.default_ws_config(d, False, True, pv_flush=f), permute_keys=True).asm["ptx"]
+       for f in (False, True)}
+print(json.dumps({str(f): dict(fadd=p.count("add.f32"), wgmma=p.count("wgmma.mma_async")) for f, p in ptx.items()}))
+"""
+
+
+@needs_gluon
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_sm90_compile_of_pv_flush_adds_each_block_to_o_in_float32(head_dim):
+    """`pv_flush` (v28): the same wgmmas, each block's P V into a fresh accumulator, then one fp32 add per
+    element of O's tile per block: 64 x head_dim / 128 threads = head_dim / 2 per consumer thread, in the
+    loop and once more after it, for every consumer."""
+    env = {key: val for key, val in os.environ.items() if key != "TRITON_INTERPRET"}
+    done = subprocess.run([sys.executable, "-c", COMPILE_FLUSH, str(head_dim)], env=env,
+                          capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-3000:]
+    counts = json.loads(done.stdout.strip().splitlines()[-1])
+    plain, flush = counts["False"], counts["True"]
+    consumers = W.default_ws_config(head_dim, False, True).consumers
+    assert flush["wgmma"] == plain["wgmma"]
+    assert flush["fadd"] - plain["fadd"] == consumers * 2 * head_dim // 2
+
+
 @pytest.mark.gpu
 @pytest.mark.hopper
 @needs_gluon
@@ -122,6 +149,14 @@ def test_gpu_matches_emulation(d, causal):
     tri = A.fp8_attention(q, k, pretranspose_v(v), qd, kd, vd, causal=causal,
                           config=A.AttentionConfig(cfg.block_m, cfg.block_n, 8, 2))
     assert rel_l2(out, tri) <= 0.6 * rel_l2(emu, exact)
+    for v_in in (pretranspose_v(v), W.key_ordered_vt(v)):  # pv_flush (v28): the same bound, lse's bits
+        flush, flush_lse = W.fp8_attention_ws(q, k, v_in, q_descale=qd, k_descale=kd, v_descale=vd, causal=causal,
+                                              pv_flush=True)
+        bn = W.default_ws_config(d, causal, isinstance(v_in, W.KeyOrderedVt)).block_n
+        emu_bn = attention_fa3_fp8(q, k, v, qd, kd, vd, causal=causal, block_n=bn)
+        assert rel_l2(flush, emu_bn) <= 0.6 * rel_l2(emu_bn, exact)
+        assert torch.equal(flush_lse, W.fp8_attention_ws(q, k, v_in, q_descale=qd, k_descale=kd, v_descale=vd,
+                                                         causal=causal)[1])
 
 
 @pytest.mark.gpu

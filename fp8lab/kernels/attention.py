@@ -50,9 +50,11 @@ about 13 bits kept (fp8lab.reference's `HOPPER_FP8_MMA`), and by default the PV 
 accumulates into O itself, over every key block, as upstream FA3 does: the error then
 grows with the context (rel. L2 0.024 / 0.19 / 0.44 at 2k / 16k / 64k keys on V + 1
 inputs, equal to FA3's and to the emulation's accumulator model, v27).
-``AttentionConfig(pv_flush=True)`` takes each block's P V in a fresh accumulator and adds
-it to O in fp32, as vLLM's FA3 library does: 0.0025-0.0033 at every length, but 35-40 %
-slower in v27's measurement. Under the interpreter both equal fp32 accumulation.
+``fp8_attention(..., pv_flush=True)`` takes each block's P V in a fresh accumulator and adds
+it to O in fp32, as vLLM's FA3 library does: 0.0025-0.0033 at every length. The second fp32
+tile needs tiles of 64 query rows per warpgroup (`gpu_config(..., pv_flush=True)`); in them it
+costs at most 6 % at head dims 64 and 128, and about half the speed at 256, where O alone takes
+128 registers per thread (v28). Under the interpreter both equal fp32 accumulation.
 
 Causal masks are aligned bottom-right. Key blocks are visited in two phases,
 both from the last block down: first the blocks that need a mask (the
@@ -552,21 +554,54 @@ V5_CANDIDATES: dict[int, list[AttentionConfig]] = {  # by padded head_dim, causa
     256: [AttentionConfig(128, 64, 8, 3, pipeline_qk=True), AttentionConfig(128, 64, 8, 2, pipeline_qk=True),
           AttentionConfig(64, 64, 4, 2, pipeline_qk=True)],
 }
+# v28 `pv_flush` tiles. The flush keeps a second fp32 tile (each block's P V) live beside O, so the
+# defaults' one-warpgroup tiles spill (offline sm_90 compiles: 48 bytes of stack at d=64, 504-536 at
+# 128, 300-500 at 256); the other candidates take 64 query rows per warpgroup (m64 w4, or m128 w8)
+# and compiled spill-free. Measured at 2x8192x32xd, three interleaved rounds
+# (results/h200/bench_v28_pv_flush.*; TFLOP/s, median): d=64 m64n128w4s3 559 non-causal (default+pf
+# 545), default+pf 552 causal (m64 484); d=128 m64n128w4s3 749 / 727 (m128n128w8s3 674 / 667,
+# default+pf 448 / 467); at d=256 nothing fits (O alone is 128 registers per thread at 64 rows):
+# default+pf 446 / 525, the m64 tiles 433-462.
+PV_FLUSH_CANDIDATES: dict[int, list[AttentionConfig]] = {
+    64: [AttentionConfig(128, 128, 8, 3, permute_keys=True, pv_flush=True),
+         AttentionConfig(64, 128, 4, 3, permute_keys=True, pv_flush=True)],
+    128: [AttentionConfig(128, 128, 8, 3, permute_keys=True, pv_flush=True),
+          AttentionConfig(128, 128, 8, 2, permute_keys=True, pv_flush=True),
+          AttentionConfig(64, 128, 4, 3, permute_keys=True, pv_flush=True)],
+    256: [AttentionConfig(64, 64, 8, 3, permute_keys=True, pv_flush=True),
+          AttentionConfig(64, 128, 8, 2, permute_keys=True, pv_flush=True)],
+}
+_PV_FLUSH_DEFAULTS: dict[tuple[int, bool], AttentionConfig] = {
+    (64, False): AttentionConfig(64, 128, 4, 3, permute_keys=True, pv_flush=True),
+    (64, True): replace(_MEASURED_DEFAULTS[(64, True)], pv_flush=True),
+    (128, False): AttentionConfig(64, 128, 4, 3, permute_keys=True, pv_flush=True),
+    (128, True): AttentionConfig(64, 128, 4, 3, permute_keys=True, pv_flush=True),
+    (256, False): replace(_MEASURED_DEFAULTS[(256, False)], pv_flush=True),
+    (256, True): replace(_MEASURED_DEFAULTS[(256, True)], pv_flush=True),
+}
 _INTERPRETER_CONFIG = AttentionConfig(block_m=16, block_n=16, num_warps=4, num_stages=1)
 
 
-def default_config(head_dim: int, causal: bool = False) -> AttentionConfig:
+def default_config(head_dim: int, causal: bool = False, pv_flush: bool = False) -> AttentionConfig:
     """The config `fp8_attention` uses when none is given.
 
     Under the interpreter: 16 x 16 blocks, so tiny test shapes still span several blocks.
-    On a GPU: the H200 sweep's winner for this head dim, else 128 x 128 (64 keys from d > 128).
+    On a GPU: `gpu_config`'s.
     """
     if triton_interpret():
-        return _INTERPRETER_CONFIG
+        return replace(_INTERPRETER_CONFIG, pv_flush=pv_flush)
+    return gpu_config(head_dim, causal, pv_flush)
+
+
+def gpu_config(head_dim: int, causal: bool = False, pv_flush: bool = False) -> AttentionConfig:
+    """The config `fp8_attention` uses on a GPU when none is given (on any host, for reading): the
+    H200 sweep's winner for this head dim, else 128 x 128 (64 keys from d > 128); with `pv_flush`,
+    the winner among `PV_FLUSH_CANDIDATES` and the defaults with the switch on (v28)."""
     pad = triton.next_power_of_2(head_dim)
-    if (pad, causal) in _MEASURED_DEFAULTS:
-        return _MEASURED_DEFAULTS[(pad, causal)]
-    return AttentionConfig(128, 64 if pad > 128 else 128, 8, 2 if pad > 128 else 3)
+    table = _PV_FLUSH_DEFAULTS if pv_flush else _MEASURED_DEFAULTS
+    if (pad, causal) in table:
+        return table[(pad, causal)]
+    return AttentionConfig(128, 64 if pad > 128 else 128, 8, 2 if pad > 128 else 3, pv_flush=pv_flush)
 
 
 # --------------------------------------------------------------------------------------
@@ -676,6 +711,7 @@ def fp8_attention(
     v_layout: VLayout = "auto",
     max_offset: float = FA3_MAX_OFFSET,
     config: AttentionConfig | None = None,
+    pv_flush: bool = False,
     round_p_in_fp32: bool | None = None,
     check_descales: bool | None = None,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
@@ -692,7 +728,9 @@ def fp8_attention(
     `pretranspose_v`: one copy, 20-92 us for 16k tokens x 32 heads), or "auto" to
     take whichever `v` has. `max_offset`: FA3's 8; 0 turns the offset off (a lesson,
     not for use). `config`: block sizes etc. (`default_config`); its block_n sets the
-    accumulation order. `round_p_in_fp32`: round P to e4m3 with float32 bit tricks
+    accumulation order. `pv_flush`: add each key block's P V to O in float32 (see
+    `AttentionConfig`), with `default_config(..., pv_flush=True)`'s tiles unless `config` is given,
+    whose own `pv_flush` must then agree. `round_p_in_fp32`: round P to e4m3 with float32 bit tricks
     before the cast (default: only under TRITON_INTERPRET=1, where the cast is wrong).
     `check_descales`: also check that descale values are finite and > 0. Default: on the CPU
     always; on a GPU not (reading values back is a device sync, measured at 0.3-0.6 ms per call;
@@ -705,7 +743,10 @@ def fp8_attention(
     _check_kernel_support(q, shape)
     d = shape.head_dim
     d_pad = triton.next_power_of_2(d)
-    cfg = config or default_config(d, causal)
+    if config is not None and pv_flush and not config.pv_flush:
+        raise ValueError(f"pv_flush=True, but config {config.label()} has pv_flush=False: set it in the config, "
+                         "or leave config=None for default_config(..., pv_flush=True)")
+    cfg = config or default_config(d, causal, pv_flush)
     _check_config(cfg, d_pad, q.device)
     scale = check_softmax_scale(softmax_scale, d)
     if scale <= 0:

@@ -61,7 +61,7 @@ pre-transposed or key-ordered, Q/K/out with head_dim contiguous and rows of (hea
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 import triton
@@ -105,6 +105,7 @@ class WsConfig:
     consumers: int = 2
     persistent: bool = False  # one program per SM, each taking tiles in turn; else one program per tile
     dynamic: bool = False  # persistent programs take the next untaken tile from a counter (FA3's), not a fixed list
+    pv_flush: bool = False  # each block's P V in a fresh accumulator, added to O in float32 (AttentionConfig's)
 
     def __post_init__(self) -> None:
         if self.consumers not in (2, 3):
@@ -131,7 +132,7 @@ class WsConfig:
     def label(self) -> str:
         return (f"ws-n{self.block_n}s{self.stages}" + "-pp" * self.pingpong + "-ru" * self.rescale_under_mma
                 + "-pw" * self.pack_p + f"-c{self.consumers}" * (self.consumers != 2) + "-ps" * self.persistent
-                + "-dy" * self.dynamic)
+                + "-dy" * self.dynamic + "-pf" * self.pv_flush)
 
 
 @dataclass(frozen=True)
@@ -169,7 +170,8 @@ def key_ordered_vt(v: torch.Tensor) -> KeyOrderedVt:
     return KeyOrderedVt(vt.contiguous(), s_k)
 
 
-def default_ws_config(head_dim: int, causal: bool = False, key_ordered: bool = False) -> WsConfig:
+def default_ws_config(head_dim: int, causal: bool = False, key_ordered: bool = False,
+                      pv_flush: bool = False) -> WsConfig:
     """The tiles that measured best on the H200 (docs/kernel-notes.md v8-v12, v19-v21).
 
     key_ordered (V^T from `key_ordered_vt`): P crosses the loop packed four e4m3 per word
@@ -180,7 +182,10 @@ def default_ws_config(head_dim: int, causal: bool = False, key_ordered: bool = F
     in length; the counter balanced them better than fixed lists (v20) and, over two grids each,
     than one program per tile (v21: 0.964 against 0.953 of FA3 on average). Plain V^T: P crosses in
     float32, two consumers, 128 keys at 64 and 128 (v11's stage counts), 64 keys in four stages at
-    256 (128 keys spill there)."""
+    256 (128 keys spill there). `pv_flush`: the same tiles with each block's P V added to O in
+    float32 (v28)."""
+    if pv_flush:
+        return replace(default_ws_config(head_dim, causal, key_ordered), pv_flush=True)
     if key_ordered:
         if head_dim <= 64:  # non-causal: fixed lists (the counter was even, or 4 % slower with 16k tokens)
             return WsConfig(block_n=128, stages=3, pack_p=True, consumers=3, persistent=True, dynamic=causal)
@@ -379,7 +384,7 @@ if HAVE_GLUON:
                          GROUP: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr,
                          CONSUMERS: gl.constexpr, CAUSAL: gl.constexpr, MAX_OFFSET: gl.constexpr,
                          PINGPONG: gl.constexpr, RESCALE_UNDER_MMA: gl.constexpr, PERMUTE_KEYS: gl.constexpr,
-                         PACK_P: gl.constexpr):
+                         PACK_P: gl.constexpr, PV_FLUSH: gl.constexpr):
         """One warpgroup's 64 query rows of one tile, the program's w-th, its key blocks at ring
         positions g, g + 1, ... and its MMA rounds from rnd: S = Q K^T and O += e4m3(P) V^T as async
         wgmma, the softmax in between, then the epilogue; returns (g, rnd) after it.
@@ -403,6 +408,7 @@ if HAVE_GLUON:
         O, LSE, stride_ob, stride_os, stride_oh, stride_lb, stride_lh = outs
         q_smem = q_bufs.index(wg)
         zero_s = gl.zeros([ROWS, BLOCK_N], gl.float32, s_layout)
+        zero_o = gl.zeros([ROWS, HEAD_DIM], gl.float32, o_layout)  # PV_FLUSH's fresh accumulator (never read)
         diag = seqlen_k - seqlen_q
         b, h, hk, m0, n_blocks, n_masked = _ws_tile(tile, sched, seqlen_q, seqlen_k, GROUP, ROWS * CONSUMERS,
                                                     BLOCK_N, CAUSAL)
@@ -436,14 +442,20 @@ if HAVE_GLUON:
                 if RESCALE_UNDER_MMA:
                     acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
                 p8 = _ws_p_operand(pc, p_layout, PERMUTE_KEYS, PACK_P)
-                acc = warpgroup_mma(p8, v_bufs.index(prev).permute((1, 0)), acc, is_async=True)
+                if PV_FLUSH:  # P_{j-1} V_{j-1} in a fresh accumulator, added to O in float32 below
+                    pv = warpgroup_mma(p8, v_bufs.index(prev).permute((1, 0)), zero_o, use_acc=False, is_async=True)
+                else:  # O itself accumulates in the FP8 MMA (upstream FA3)
+                    acc = warpgroup_mma(p8, v_bufs.index(prev).permute((1, 0)), acc, is_async=True)
                 _ws_pass(turn, wg, PINGPONG)
                 s = warpgroup_mma_wait(1, deps=[s])  # S_j done; the PV product of block j-1 may still run
                 if it < n_masked:
                     s = _ws_mask(s, (n_blocks - 1 - it) * BLOCK_N, offs_m, seqlen_k, diag, BLOCK_N, CAUSAL,
                                  s_layout)
                 p, alpha, l_i, m_i = _ws_softmax(s, m_i, l_i, scale_log2, MAX_OFFSET)
-                acc = warpgroup_mma_wait(0, deps=[acc])
+                if PV_FLUSH:
+                    acc += warpgroup_mma_wait(0, deps=[pv])
+                else:
+                    acc = warpgroup_mma_wait(0, deps=[acc])
                 pc = _ws_carry(p, PACK_P)
                 mbarrier.arrive(empty.index(prev), count=1)  # K_{j-1} and V_{j-1} are free
                 if not RESCALE_UNDER_MMA:
@@ -454,9 +466,14 @@ if HAVE_GLUON:
                 acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
             _ws_turn(turn, wg, rnd + n_blocks, PINGPONG)
             p8 = _ws_p_operand(pc, p_layout, PERMUTE_KEYS, PACK_P)
-            acc = warpgroup_mma(p8, v_bufs.index(last).permute((1, 0)), acc, is_async=True)
-            _ws_pass(turn, wg, PINGPONG)
-            acc = warpgroup_mma_wait(0, deps=[acc])
+            if PV_FLUSH:
+                pv = warpgroup_mma(p8, v_bufs.index(last).permute((1, 0)), zero_o, use_acc=False, is_async=True)
+                _ws_pass(turn, wg, PINGPONG)
+                acc += warpgroup_mma_wait(0, deps=[pv])
+            else:
+                acc = warpgroup_mma(p8, v_bufs.index(last).permute((1, 0)), acc, is_async=True)
+                _ws_pass(turn, wg, PINGPONG)
+                acc = warpgroup_mma_wait(0, deps=[acc])
             mbarrier.arrive(empty.index(last), count=1)
         else:
             mbarrier.arrive(q_free, count=1)
@@ -484,7 +501,7 @@ if HAVE_GLUON:
                      GROUP: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr,
                      CONSUMERS: gl.constexpr, CAUSAL: gl.constexpr, MAX_OFFSET: gl.constexpr, PINGPONG: gl.constexpr,
                      RESCALE_UNDER_MMA: gl.constexpr, PERMUTE_KEYS: gl.constexpr, PACK_P: gl.constexpr,
-                     PERSISTENT: gl.constexpr, DYNAMIC: gl.constexpr):
+                     PV_FLUSH: gl.constexpr, PERSISTENT: gl.constexpr, DYNAMIC: gl.constexpr):
         """One warpgroup, 64 query rows of the program's tile (`_ws_consume_tile`), or, PERSISTENT,
         of each of its tiles in turn: tile + grid, or, DYNAMIC, the number the loader took from the
         counter (`tile_slot`). Several run side by side on the same K/V ring."""
@@ -498,7 +515,7 @@ if HAVE_GLUON:
             while tile < n_tiles:
                 g, rnd = _ws_consume_tile(bufs, bars, wg, tile, w, g, rnd, sched, seqlen_q, seqlen_k, descales, outs,
                                           softmax_scale_log2, GROUP, BLOCK_N, HEAD_DIM, STAGES, CONSUMERS, CAUSAL,
-                                          MAX_OFFSET, PINGPONG, RESCALE_UNDER_MMA, PERMUTE_KEYS, PACK_P)
+                                          MAX_OFFSET, PINGPONG, RESCALE_UNDER_MMA, PERMUTE_KEYS, PACK_P, PV_FLUSH)
                 if DYNAMIC:
                     mbarrier.wait(tile_bar.index((w + 1) & 1), (w >> 1) & 1)
                     tile = gl.sum(tile_slot.index((w + 1) & 1).load(gl.BlockedLayout([1], [32], [4], [0])), 0)
@@ -508,7 +525,7 @@ if HAVE_GLUON:
         else:
             _ws_consume_tile(bufs, bars, wg, tile, 0, 0, 0, sched, seqlen_q, seqlen_k, descales, outs,
                              softmax_scale_log2, GROUP, BLOCK_N, HEAD_DIM, STAGES, CONSUMERS, CAUSAL, MAX_OFFSET,
-                             PINGPONG, RESCALE_UNDER_MMA, PERMUTE_KEYS, PACK_P)
+                             PINGPONG, RESCALE_UNDER_MMA, PERMUTE_KEYS, PACK_P, PV_FLUSH)
 
     @gluon.jit
     def _fp8_attention_ws_fwd(
@@ -523,7 +540,7 @@ if HAVE_GLUON:
         GROUP: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
         CONSUMERS: gl.constexpr, CONSUMER_REGS: gl.constexpr, CAUSAL: gl.constexpr, MAX_OFFSET: gl.constexpr,
         PINGPONG: gl.constexpr, RESCALE_UNDER_MMA: gl.constexpr, PERMUTE_KEYS: gl.constexpr, PACK_P: gl.constexpr,
-        PERSISTENT: gl.constexpr, DYNAMIC: gl.constexpr,
+        PV_FLUSH: gl.constexpr, PERSISTENT: gl.constexpr, DYNAMIC: gl.constexpr,
     ):
         """Program p takes tile p (`_ws_tile`); PERSISTENT (a grid of one program per SM, `WsConfig`),
         then tiles p + grid, p + 2 grid, ..., or, DYNAMIC, the tiles no other program has taken yet."""
@@ -561,10 +578,10 @@ if HAVE_GLUON:
             gl.warp_specialize([
                 (_ws_consumer, (bufs, bars, 0, sched, seqlen_q, seqlen_k, descales, outs, softmax_scale_log2, GROUP,
                                 BLOCK_N, HEAD_DIM, STAGES, CONSUMERS, CAUSAL, MAX_OFFSET, PINGPONG, RESCALE_UNDER_MMA,
-                                PERMUTE_KEYS, PACK_P, PERSISTENT, DYNAMIC)),
+                                PERMUTE_KEYS, PACK_P, PV_FLUSH, PERSISTENT, DYNAMIC)),
                 (_ws_consumer, (bufs, bars, 1, sched, seqlen_q, seqlen_k, descales, outs, softmax_scale_log2, GROUP,
                                 BLOCK_N, HEAD_DIM, STAGES, CONSUMERS, CAUSAL, MAX_OFFSET, PINGPONG, RESCALE_UNDER_MMA,
-                                PERMUTE_KEYS, PACK_P, PERSISTENT, DYNAMIC)),
+                                PERMUTE_KEYS, PACK_P, PV_FLUSH, PERSISTENT, DYNAMIC)),
                 (_ws_loader, (q_desc, k_desc, vt_desc, bufs, bars, sched, seqlen_q, seqlen_k, heads_kv, COUNTER, GROUP,
                               HEAD_DIM, BLOCK_N, STAGES, CONSUMERS, CAUSAL, PERSISTENT, DYNAMIC)),
             ], [4, 1], [CONSUMER_REGS, 24])
@@ -572,13 +589,13 @@ if HAVE_GLUON:
             gl.warp_specialize([
                 (_ws_consumer, (bufs, bars, 0, sched, seqlen_q, seqlen_k, descales, outs, softmax_scale_log2, GROUP,
                                 BLOCK_N, HEAD_DIM, STAGES, CONSUMERS, CAUSAL, MAX_OFFSET, PINGPONG, RESCALE_UNDER_MMA,
-                                PERMUTE_KEYS, PACK_P, PERSISTENT, DYNAMIC)),
+                                PERMUTE_KEYS, PACK_P, PV_FLUSH, PERSISTENT, DYNAMIC)),
                 (_ws_consumer, (bufs, bars, 1, sched, seqlen_q, seqlen_k, descales, outs, softmax_scale_log2, GROUP,
                                 BLOCK_N, HEAD_DIM, STAGES, CONSUMERS, CAUSAL, MAX_OFFSET, PINGPONG, RESCALE_UNDER_MMA,
-                                PERMUTE_KEYS, PACK_P, PERSISTENT, DYNAMIC)),
+                                PERMUTE_KEYS, PACK_P, PV_FLUSH, PERSISTENT, DYNAMIC)),
                 (_ws_consumer, (bufs, bars, 2, sched, seqlen_q, seqlen_k, descales, outs, softmax_scale_log2, GROUP,
                                 BLOCK_N, HEAD_DIM, STAGES, CONSUMERS, CAUSAL, MAX_OFFSET, PINGPONG, RESCALE_UNDER_MMA,
-                                PERMUTE_KEYS, PACK_P, PERSISTENT, DYNAMIC)),
+                                PERMUTE_KEYS, PACK_P, PV_FLUSH, PERSISTENT, DYNAMIC)),
                 (_ws_loader, (q_desc, k_desc, vt_desc, bufs, bars, sched, seqlen_q, seqlen_k, heads_kv, COUNTER, GROUP,
                               HEAD_DIM, BLOCK_N, STAGES, CONSUMERS, CAUSAL, PERSISTENT, DYNAMIC)),
             ], [4, 4, 1], [CONSUMER_REGS, CONSUMER_REGS, 24])
@@ -633,6 +650,7 @@ def fp8_attention_ws(
     softmax_scale: float | None = None,
     max_offset: float = FA3_MAX_OFFSET,
     config: WsConfig | None = None,
+    pv_flush: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """FP8 attention with FA3's warp-specialized schedule (Hopper only); same contract as
     `fp8lab.kernels.fp8_attention` for batched inputs.
@@ -640,7 +658,7 @@ def fp8_attention_ws(
     q (b, s_q, h, d), k (b, s_k, hk, d): float8_e4m3fn, head_dim contiguous; v (b, s_k, hk, d)
     pre-transposed (`pretranspose_v`), or `key_ordered_vt(v)`: the same values with the keys
     ordered as P's registers hold them, so P reaches its MMA without shuffles (faster).
-    Descales float32 (b, hk), any strides (None = ones).
+    Descales float32 (b, hk), any strides (None = ones). `pv_flush`: as `fp8_attention`'s.
     Returns out bf16 (b, s_q, h, d) and lse float32 (b, h, s_q).
     """
     if not HAVE_GLUON:
@@ -688,7 +706,10 @@ def fp8_attention_ws(
             t = torch.ones((1, 1), dtype=torch.float32, device=q.device).expand(b, hk)
         check_descale(name, t, b, hk, device=q.device, check_values=False)  # no device sync
         descales.append(t)
-    cfg = config or default_ws_config(d, causal, keyed)
+    if config is not None and pv_flush and not config.pv_flush:
+        raise ValueError(f"pv_flush=True, but config {config.label()} has pv_flush=False: set it in the config, "
+                         "or leave config=None for default_ws_config(..., pv_flush=True)")
+    cfg = config or default_ws_config(d, causal, keyed, pv_flush)
     q_rows, q_stride = _row_view(q, "q")
     k_rows, k_stride = _row_view(k, "k")
 
@@ -717,7 +738,7 @@ def fp8_attention_ws(
         GROUP=h // hk, HEAD_DIM=d, BLOCK_N=cfg.block_n, STAGES=cfg.stages, CONSUMERS=cfg.consumers,
         CONSUMER_REGS=cfg.consumer_regs, CAUSAL=bool(causal), MAX_OFFSET=float(max_offset),
         PINGPONG=cfg.pingpong, RESCALE_UNDER_MMA=cfg.rescale_under_mma, PERMUTE_KEYS=keyed, PACK_P=cfg.pack_p,
-        PERSISTENT=cfg.persistent, DYNAMIC=cfg.dynamic,
+        PV_FLUSH=cfg.pv_flush, PERSISTENT=cfg.persistent, DYNAMIC=cfg.dynamic,
         num_warps=4,
         maxnreg=cfg.maxnreg,
     )
@@ -746,5 +767,5 @@ def compile_ws_sm90(head_dim: int = 128, causal: bool = False, config: WsConfig 
     const = dict(GROUP=1, HEAD_DIM=head_dim, BLOCK_N=cfg.block_n, STAGES=cfg.stages, CONSUMERS=cfg.consumers,
                  CONSUMER_REGS=cfg.consumer_regs, CAUSAL=causal, MAX_OFFSET=FA3_MAX_OFFSET, PINGPONG=cfg.pingpong,
                  RESCALE_UNDER_MMA=cfg.rescale_under_mma, PERMUTE_KEYS=permute_keys, PACK_P=cfg.pack_p,
-                 PERSISTENT=cfg.persistent, DYNAMIC=cfg.dynamic)
+                 PV_FLUSH=cfg.pv_flush, PERSISTENT=cfg.persistent, DYNAMIC=cfg.dynamic)
     return compile_sm90(_fp8_attention_ws_fwd, types, const, num_warps=4, maxnreg=cfg.maxnreg)

@@ -17,7 +17,7 @@ from fp8lab.bench import load_results, mbarrier_waits, read_clock_log, read_ncu_
 from fp8lab.env import triton_interpret
 from fp8lab.formats import cast_to_fp8, get_format
 from fp8lab.layout import check_attention_inputs
-from fp8lab.kernels.attention import key_order
+from fp8lab.kernels.attention import AttentionConfig, key_order
 from fp8lab.kernels.attention_ws import WsConfig
 from fp8lab.kernels.fp8_rounding import round_to_bf16, round_to_e4m3
 from fp8lab.kernels.quantize import quantize_delayed
@@ -438,6 +438,49 @@ def pv_accumulation(results_dir: str | Path) -> tuple[pd.DataFrame, pd.DataFrame
     timed = pd.DataFrame([r for r in rows if "tflops" in r])
     speed = timed.pivot_table(index="case", columns="config", values="tflops", aggfunc="median", sort=False)
     return errors, speed
+
+
+def pv_flush(results_dir: str | Path) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """v28's `pv_flush` runs (`scripts/probe_pv_flush.py`, medians of three interleaved rounds):
+
+    errors (`bench_v28_long_context.json`): rel L2 against exact attention on v27's long-context
+    inputs, per kernel tile, provider ("vllm-so": vLLM's FA3 library) or emulation model (rows) and
+    number of keys (columns). tiles (`bench_v28_pv_flush.json`): TFLOP/s at 2x8192x32xd per case
+    (rows) and call (columns: both kernels' defaults, every `pv_flush` tile tried, the providers).
+    grid (`bench_v28_pv_flush_grid.json`): the issue's grid with both kernels' `pv_flush` defaults,
+    and the faster of the two against fa3-fwd FP8 (no flush), vLLM's FP8 varlen path (flushes
+    every block) and FA3 bf16."""
+    rdir = Path(results_dir)
+    err = pd.DataFrame([r for r in load_results(rdir / "bench_v28_long_context.json")["rows"] if "rel_l2" in r])
+    errors = err.pivot_table(index="who", columns="seqlen_k", values="rel_l2", sort=False)
+    timed = pd.DataFrame([r for r in load_results(rdir / "bench_v28_pv_flush.json")["rows"] if "tflops" in r])
+    tiles = timed.pivot_table(index="case", columns="provider", values="tflops", aggfunc="median", sort=False)
+    g = pd.DataFrame([r for r in load_results(rdir / "bench_v28_pv_flush_grid.json")["rows"] if "tflops" in r])
+    g = g.pivot_table(index="case", columns="provider", values="tflops", aggfunc="median", sort=False)
+    names = {"fp8lab": "Triton", "fp8lab pf": "Triton pv_flush", "fp8lab ws": "Gluon", "fp8lab ws pf": "Gluon pv_flush",
+             "fa3-fwd FP8": "FA3 FP8", "vLLM FA3 FP8 varlen": "vLLM FP8 varlen", "fa3-fwd bf16": "FA3 bf16"}
+    grid = g[list(names)].rename(columns=names)
+    best = grid[["Triton pv_flush", "Gluon pv_flush"]].max(axis=1)
+    for other in ("FA3 FP8", "vLLM FP8 varlen", "FA3 bf16"):
+        grid[f"pv_flush / {other}"] = best / grid[other]
+    return errors, tiles, grid
+
+
+def flush_registers(config: AttentionConfig, head_dim: int) -> dict[str, object]:
+    """fp32 values one thread of the Triton kernel holds for S (block_m x block_n), O (block_m x
+    head_dim) and, with `pv_flush`, the key block's P V tile beside O, for a config whose warpgroups
+    each take whole query rows (block_m >= 64 per warpgroup of 4 warps). Counts of values held: the
+    compiler's temporaries come on top, and a thread has 255 registers (`budget`)."""
+    groups = config.num_warps // 4
+    if config.num_warps % 4 or config.block_m < 64 * groups:
+        raise ValueError(f"config {config.label()}: expected warpgroups of whole query rows (num_warps a multiple "
+                         f"of 4, block_m >= 64 per warpgroup), got block_m={config.block_m}, "
+                         f"num_warps={config.num_warps}")
+    rows = config.block_m // groups
+    s, o = rows * config.block_n // 128, rows * head_dim // 128
+    flush = o if config.pv_flush else 0
+    return dict(config=config.label(), head_dim=head_dim, rows_per_warpgroup=rows, s=s, o=o, pv_tile=flush,
+                total=s + o + flush, budget=255)
 
 
 def api_overhead(results_dir: str | Path, version: str = "v24") -> pd.DataFrame:

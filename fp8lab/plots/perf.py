@@ -15,6 +15,7 @@ __all__ = [
     "plot_clock_trace",
     "plot_clocks",
     "plot_providers",
+    "plot_pv_flush_grid",
     "plot_quant_bandwidth",
     "plot_quant_shapes",
     "plot_quant_sizes",
@@ -196,6 +197,23 @@ def plot_api_grid(df: pd.DataFrame, target: float = 0.9, ax: plt.Axes | None = N
     ax.set_ylabel("")
     ax.legend(fontsize=8, ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.1))
     ax.set_title("The kernels through fp8lab.attention (V in FA3's layout, checks, one sync)")
+    return ax
+
+
+def plot_pv_flush_grid(grid: pd.DataFrame, target: float = 0.9, ax: plt.Axes | None = None) -> plt.Axes:
+    """Bars per case: TFLOP/s over fa3-fwd FP8 (O accumulated in the FP8 MMA) for both kernels with
+    `pv_flush`, the Gluon kernel without it and vLLM's FP8 varlen path, which flushes too
+    (`fp8lab.kernels.explain.pv_flush`'s grid)."""
+    ax = ax or plt.subplots(figsize=(8, 7))[1]
+    cols = ["Gluon", "Gluon pv_flush", "Triton pv_flush", "vLLM FP8 varlen"]
+    long = (grid[cols].div(grid["FA3 FP8"], axis=0).rename_axis("case").reset_index()
+            .melt(id_vars="case", var_name="call", value_name="ratio"))
+    sns.barplot(data=long, y="case", x="ratio", hue="call", palette="deep", ax=ax)
+    ax.axvline(target, ls="--", color="k", lw=1)
+    ax.set_xlabel("TFLOP/s over fa3-fwd FP8 (which does not flush)")
+    ax.set_ylabel("")
+    ax.legend(fontsize=8, ncol=4, loc="upper center", bbox_to_anchor=(0.5, -0.08))
+    ax.set_title("O added in fp32 every key block: our kernels and vLLM's")
     return ax
 
 
