@@ -59,6 +59,16 @@ matrix
 # tensor cores start: Ada, Hopper, Blackwell; on Hopper first the Gluon kernel,
 # batched calls only), and the reference (slow, anywhere). FA2 and SDPA take
 # 16-bit inputs.
+#
+# The last column says how each sums P·V over the key blocks for FP8 inputs
+# (`gating.FP8_PV_ACCUMULATION`): Hopper's FP8 MMA keeps about 13 bits of its
+# accumulator, and upstream FA3 ("mma") keeps O in it across the whole context, so
+# its error grows with the context; vLLM's FA3 adds each block to O in fp32
+# ("flush"); our kernels do either ("option"). `attention(..., pv_flush=True)` passes
+# over the "mma" providers (notebook 05 (e), notebook 08 (o)).
+
+# %%
+pd.Series(gating.FP8_PV_ACCUMULATION, name="FP8 P V sum")
 
 # %% [markdown]
 # ## 2. This machine

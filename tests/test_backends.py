@@ -480,3 +480,24 @@ def test_captured_varlen_call_runs_our_kernel_from_the_bounds(monkeypatch):
         attention(q, k, v, backend="triton", **kw)
     with pytest.raises(BackendError, match="reads the varlen sequence lengths on the host"):
         attention(q, k, v, backend="reference", max_seqlen_q=16, max_seqlen_k=11, **kw)
+
+
+@pytest.mark.skipif(not env.triton_interpret(), reason="runs the Triton kernel on CPU tensors: needs TRITON_INTERPRET=1 "
+                    "(conftest sets it where there is no GPU); on a GPU the GPU-marked tests cover it")
+def test_pv_flush_reaches_our_kernel_and_is_checked(monkeypatch):
+    """pv_flush=True (v28) reaches `fp8_attention` through the API; under the interpreter the products are
+    exact either way, so the bits are the plain call's. The flag is checked, and shown in the prepared call."""
+    import fp8lab.kernels as kernels
+
+    (q, k, v), ds = fp8_inputs(1, 21, 30, 4, 2, 64)
+    kw = dict(q_descale=ds[0], k_descale=ds[1], v_descale=ds[2], causal=True, backend="triton")
+    seen = []
+    original = kernels.fp8_attention
+    monkeypatch.setattr(kernels, "fp8_attention", lambda *a, **k: seen.append(k["pv_flush"]) or original(*a, **k))
+    prepared = api.prepare_attention(q, k, v, pv_flush=True, **kw)
+    assert repr(prepared).endswith("causal=True, return_lse=False, pv_flush=True)")
+    assert torch.equal(prepared(), attention(q, k, v, **kw)) and seen == [True, False]
+    with pytest.raises(TypeError, match="pv_flush: expected a bool, got str"):
+        attention(q, k, v, pv_flush="yes", **kw)
+    bf16 = [x.to(torch.bfloat16) for x in (q, k, v)]  # no FP8: nothing to flush, the call is the plain one
+    assert not api.prepare_attention(*bf16, pv_flush=True, backend="sdpa").call.pv_flush

@@ -242,8 +242,29 @@ def test_captured_varlen_calls_go_to_providers_that_read_lengths_on_the_device()
     assert dequantize and any("dequantizing for vllm-fa2" in r for r in reasons)
 
 
+def test_pv_flush_passes_over_providers_that_keep_o_in_the_fp8_mma():
+    """pv_flush=True (v28): upstream FA3 (fa3-fwd, flash-attn-3) sums P V in the FP8 MMA's 13-bit accumulator
+    across all key blocks; vLLM's FA3 flushes every block; fp8lab's kernels do when asked."""
+    flush = Request("fp8", 128, pv_flush=True)
+    assert decide(HOPPER, ALL, flush, env=NO_ENV).label() == "fa3:vllm"  # vLLM flushes: FA3 stays first
+    upstream = {"fa3-fwd", "flash-attn-3", "gluon", "triton"}
+    d = decide(HOPPER, upstream, flush, env=NO_ENV)
+    assert d.label() == "triton:gluon" and decide(HOPPER, upstream, Request("fp8", 128), env=NO_ENV).label() == "fa3:fa3-fwd"
+    assert any("upstream FA3" in r for r in d.rejected["fa3-fwd"])
+    pinned = decide(HOPPER, upstream, flush, backend="fa3:fa3-fwd", env=NO_ENV)
+    assert not pinned.ok and "pv_flush=True asks for each block added in fp32" in pinned.error_message("fa3:fa3-fwd")
+    for name, spec in PROVIDERS.items():  # bf16 MMAs sum in fp32: the switch concerns FP8 inputs only
+        assert not any("pv_flush" in r for r in gating.provider_reasons(spec, HOPPER, Request("bf16", 128, pv_flush=True),
+                                                                         NO_ENV)[0]), name
+        assert spec.fp8_pv in gating.FP8_PV_ACCUMULATION and (spec.fp8_pv == "-") == ("fp8" not in spec.dtypes), name
+    deq = Request("fp8", 128, fp8_fallback="dequantize", pv_flush=True)  # FA2 on dequantized bf16: fp32 sums
+    assert decide(AMPERE, ALL, deq, env=NO_ENV).label() == "fa2:vllm-fa2 (dequantized)"
+
+
 def test_capability_rows_describe_every_provider():
     rows = {r["provider"]: r for r in gating.capability_rows()}
     assert list(rows) == list(gating.PROVIDERS) and {s.head_dims for s in gating.PROVIDERS.values()} <= set(gating.HEAD_DIM_RULES)
     assert rows["triton"]["FP8 needs"] == ">= 8.9" and "CPU" in rows["triton"]["GPU"]
     assert rows["fa3-fwd"]["GPU"] == "9.x only" and rows["vllm-fa2"]["FP8 needs"] == "-"
+    assert (rows["fa3-fwd"]["FP8 P V sum"], rows["vllm-so"]["FP8 P V sum"], rows["gluon"]["FP8 P V sum"]) == (
+        "mma", "flush", "option")

@@ -324,6 +324,32 @@ def test_prepared_call_equals_attention(provider):
     assert torch.equal(prepared(), attention(q, k, v, **kw))
 
 
+@pytest.mark.parametrize("provider", ["gluon", "triton"])
+def test_pv_flush_through_the_api_runs_our_kernels_with_the_flush(provider):
+    """pv_flush=True (v28) reaches our kernels: the API's bits are those of the kernel called with the flush,
+    and at 16k keys on V + 1 inputs its error is the fp32 one, where fa3-fwd's is not."""
+    from fp8lab.data import make_qkv
+    from fp8lab.kernels import fp8_attention, key_ordered_vt, pretranspose_v
+    from fp8lab.kernels.attention_ws import fp8_attention_ws
+    from fp8lab.reference import attention_exact, quantize_qkv
+
+    backend, _ = _runnable(provider, "fp8", 128, False)
+    _deadline()
+    q, k, v = make_qkv("normal", seqlen_q=16, seqlen_k=16384, heads_q=4, head_dim=128, seed=11, device=DEVICE)
+    exact = attention_exact(q, k, v + 1.0)
+    qq = quantize_qkv(q, k, v + 1.0)
+    ds = qq.descales
+    out = attention(qq.q, qq.k, qq.v, backend=backend, pv_flush=True, **ds)
+    if provider == "gluon":
+        direct = fp8_attention_ws(qq.q, qq.k, key_ordered_vt(qq.v), pv_flush=True, **ds)[0]
+    else:
+        direct = fp8_attention(qq.q, qq.k, pretranspose_v(qq.v), *ds.values(), pv_flush=True)
+    assert torch.equal(out, direct)
+    plain = attention(qq.q, qq.k, qq.v, backend=backend, **ds)
+    err = lambda o: ((o.double() - exact.double()).norm() / exact.double().norm()).item()  # noqa: E731
+    assert err(out) < 0.005 < 0.1 < err(plain)  # v28: 0.0026 against 0.185
+
+
 @pytest.mark.hopper
 def test_case_calls_run_every_provider_on_the_same_inputs():
     """notebook 07's live timing: every FP8 call of one grid case computes the same attention."""

@@ -52,9 +52,10 @@ def device_of(t: torch.Tensor) -> Device:
     return Device(torch.cuda.get_device_capability(t.device), torch.cuda.get_device_name(t.device))
 
 
-def request_of(q: torch.Tensor, shape: AttentionShape, return_lse: bool, fp8_fallback: str) -> Request:
+def request_of(q: torch.Tensor, shape: AttentionShape, return_lse: bool, fp8_fallback: str,
+               pv_flush: bool = False) -> Request:
     return Request(_DTYPE_NAMES[q.dtype], shape.head_dim, shape.head_dim_v, bool(return_lse), fp8_fallback,
-                   varlen=shape.varlen, lengths_on_device=not shape.lengths_on_host)
+                   varlen=shape.varlen, lengths_on_device=not shape.lengths_on_host, pv_flush=pv_flush)
 
 
 def _available(device: Device) -> tuple[set[str], dict[str, str]]:
@@ -66,10 +67,11 @@ def _available(device: Device) -> tuple[set[str], dict[str, str]]:
     return {n for n, (ok, _) in found.items() if ok}, why_not
 
 
-def _decide(q: torch.Tensor, shape: AttentionShape, backend: str, return_lse: bool, fp8_fallback: str) -> Decision:
+def _decide(q: torch.Tensor, shape: AttentionShape, backend: str, return_lse: bool, fp8_fallback: str,
+            pv_flush: bool = False) -> Decision:
     device = device_of(q)
     available, why_not = _available(device)
-    return gating.decide(device, available, request_of(q, shape, return_lse, fp8_fallback), backend,
+    return gating.decide(device, available, request_of(q, shape, return_lse, fp8_fallback, pv_flush), backend,
                          unavailable_reasons=why_not)
 
 
@@ -81,11 +83,12 @@ def choose_backend(
     backend: str = "auto",
     return_lse: bool = False,
     fp8_fallback: str = "error",
+    pv_flush: bool = False,
     **layout_kwargs: object,
 ) -> Decision:
     """The `Decision` `attention` would take for these inputs (nothing runs). `layout_kwargs`: descales, cu_seqlens."""
     shape = check_attention_inputs(q, k, v, **layout_kwargs)  # type: ignore[arg-type]
-    return _decide(q, shape, backend, return_lse, fp8_fallback)
+    return _decide(q, shape, backend, return_lse, fp8_fallback, _check_flag("pv_flush", pv_flush))
 
 
 def dequantize_inputs(
@@ -126,6 +129,7 @@ def attention(
     backend: str = "auto",
     return_lse: bool = False,
     fp8_fallback: str = "error",
+    pv_flush: bool = False,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """Attention through the best provider here, or the one `backend` names.
 
@@ -137,6 +141,11 @@ def attention(
         (e.g. "fa3:fa3-fwd"); see `fp8lab.backends.gating` for how "auto" decides.
     fp8_fallback: "error" (default: FP8 inputs only run where FP8 runs) or "dequantize"
         (a bf16-only provider such as FA2 runs on the dequantized inputs).
+    pv_flush: FP8 inputs: add each key block's P V to O in fp32 (vLLM's two-level accumulation),
+        not in the FP8 MMA's 13-bit accumulator across all blocks as upstream FA3 does, whose error
+        grows with the context. Providers that cannot (fa3-fwd, flash-attn-3) are passed over;
+        vLLM's FA3 always flushes; fp8lab's kernels ("triton") do it when asked (a few % slower at
+        head dims 64 and 128, about half the speed at 256). Other dtypes accumulate in fp32 anyway.
 
     Returns out (bf16 for FP8 inputs, else q's dtype) in q's layout with head_dim_v,
     and with return_lse=True also lse, float32 (batch, heads_q, seqlen_q) batched or
@@ -153,6 +162,7 @@ def attention(
         q, k, v, causal=causal, softmax_scale=softmax_scale, q_descale=q_descale, k_descale=k_descale,
         v_descale=v_descale, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q,
         max_seqlen_k=max_seqlen_k, backend=backend, return_lse=return_lse, fp8_fallback=fp8_fallback,
+        pv_flush=pv_flush,
     )()
 
 
@@ -177,7 +187,8 @@ class PreparedAttention:
         c = self.call
         layout = "varlen" if c.shape.varlen else "batched"
         return (f"PreparedAttention({self.decision.label()}, {layout} q {tuple(c.q.shape)} k {tuple(c.k.shape)} "
-                f"{str(c.q.dtype).removeprefix('torch.')}, causal={c.causal}, return_lse={c.return_lse})")
+                f"{str(c.q.dtype).removeprefix('torch.')}, causal={c.causal}, return_lse={c.return_lse}"
+                + (", pv_flush=True" if c.pv_flush else "") + ")")
 
     def __call__(self) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         """out, or (out, lse) when prepared with return_lse=True (shapes as `attention`)."""
@@ -216,6 +227,7 @@ def prepare_attention(
     backend: str = "auto",
     return_lse: bool = False,
     fp8_fallback: str = "error",
+    pv_flush: bool = False,
 ) -> PreparedAttention:
     """`attention`'s checks and decision, done once: the returned object runs the call each time it is called.
 
@@ -227,16 +239,22 @@ def prepare_attention(
         q, k, v, q_descale=q_descale, k_descale=k_descale, v_descale=v_descale,
         cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
     )
-    for name, flag in (("causal", causal), ("return_lse", return_lse)):
-        if not isinstance(flag, bool):
-            raise TypeError(f"{name}: expected a bool, got {type(flag).__name__}")
+    for name, flag in (("causal", causal), ("return_lse", return_lse), ("pv_flush", pv_flush)):
+        _check_flag(name, flag)
     scale = check_softmax_scale(softmax_scale, shape.head_dim)
-    decision = _decide(q, shape, backend, return_lse, fp8_fallback)
+    decision = _decide(q, shape, backend, return_lse, fp8_fallback, pv_flush)
     if not decision.ok:
         raise BackendError(decision.error_message(backend), decision)
     if shape.varlen:
         max_seqlen_q = shape.max_seqlen_q if max_seqlen_q is None else int(max_seqlen_q)  # checked: an integer
         max_seqlen_k = shape.max_seqlen_k if max_seqlen_k is None else int(max_seqlen_k)
     call = providers.AttentionCall(q, k, v, shape, causal, scale, q_descale, k_descale, v_descale,
-                                   cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, return_lse)
+                                   cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, return_lse,
+                                   pv_flush=pv_flush and shape.fp8 and not decision.dequantize)
     return PreparedAttention(decision, call)
+
+
+def _check_flag(name: str, flag: object) -> bool:
+    if not isinstance(flag, bool):
+        raise TypeError(f"{name}: expected a bool, got {type(flag).__name__}")
+    return flag

@@ -107,6 +107,7 @@ class Request:
     fp8_fallback: str = "error"
     varlen: bool = False  # cu_seqlens given
     lengths_on_device: bool = False  # varlen under CUDA-graph capture: the lengths cannot be read on the host
+    pv_flush: bool = False  # FP8: each key block's P V added to O in fp32 (two-level accumulation)
 
     def __post_init__(self) -> None:
         if self.dtype not in DTYPES:
@@ -136,6 +137,7 @@ class ProviderSpec:
     fp8_min_capability: tuple[int, int] | None = None
     varlen: bool = True  # takes cu_seqlens
     varlen_on_device: bool = True  # reads them on the device only (so a varlen call can be captured in a CUDA graph)
+    fp8_pv: str = "-"  # how O sums FP8 P V: "mma", "flush", "option" or "fp32" (`FP8_PV_ACCUMULATION`)
 
 
 # The registry, in the default order within each backend. Names are what users
@@ -144,13 +146,13 @@ PROVIDERS: dict[str, ProviderSpec] = {
     s.name: s
     for s in (
         ProviderSpec("vllm", "fa3", "vllm.vllm_flash_attn.flash_attn_varlen_func(fa_version=3) (pip install fp8lab[vllm])",
-                     ("fp8", "bf16", "fp16"), capability_major=9, head_dims="fa3"),
+                     ("fp8", "bf16", "fp16"), capability_major=9, head_dims="fa3", fp8_pv="flush"),
         ProviderSpec("vllm-so", "fa3", "vLLM's _vllm_fa3_C.abi3.so via torch.ops.load_library (fp8lab fa3 fetch)",
-                     ("fp8", "bf16", "fp16"), capability_major=9, head_dims="fa3"),
+                     ("fp8", "bf16", "fp16"), capability_major=9, head_dims="fa3", fp8_pv="flush"),
         ProviderSpec("fa3-fwd", "fa3", "fa3_fwd_interface from the fa3-fwd wheel (pip install fp8lab[fa3]); no fp16",
-                     ("fp8", "bf16"), capability_major=9, head_dims="fa3"),
+                     ("fp8", "bf16"), capability_major=9, head_dims="fa3", fp8_pv="mma"),
         ProviderSpec("flash-attn-3", "fa3", "upstream flash_attn_interface built from Dao-AILab/flash-attention hopper/",
-                     ("fp8", "bf16", "fp16"), capability_major=9, head_dims="fa3"),
+                     ("fp8", "bf16", "fp16"), capability_major=9, head_dims="fa3", fp8_pv="mma"),
         ProviderSpec("vllm-fa2", "fa2", "vllm.vllm_flash_attn.flash_attn_varlen_func(fa_version=2)",
                      ("bf16", "fp16"), head_dims="fa2"),
         ProviderSpec("flash-attn-2", "fa2", "flash_attn 2.x (flash_attn_func / flash_attn_varlen_func)",
@@ -164,12 +166,24 @@ PROVIDERS: dict[str, ProviderSpec] = {
                      ("bf16", "fp16"), head_dims="fa3", returns_lse=False, varlen_on_device=False),
         ProviderSpec("gluon", "triton", "fp8lab.kernels.fp8_attention_ws, our kernel with FA3's warp-specialized "
                      "schedule in Gluon (the faster one on Hopper; batched only, head dims 64/128/256)",
-                     ("fp8",), capability_major=9, head_dims="gluon", varlen=False),
+                     ("fp8",), capability_major=9, head_dims="gluon", varlen=False, fp8_pv="option"),
         ProviderSpec("triton", "triton", "fp8lab.kernels.fp8_attention, our Triton kernel",
-                     ("fp8",), cpu=True, head_dims="triton", fp8_min_capability=(8, 9)),
+                     ("fp8",), cpu=True, head_dims="triton", fp8_min_capability=(8, 9), fp8_pv="option"),
         ProviderSpec("reference", "reference", "fp8lab.reference: attention_fa3_fp8 (FP8) / attention_exact (float64 math)",
-                     DTYPES, cpu=True, min_capability=(0, 0), varlen_on_device=False),
+                     DTYPES, cpu=True, min_capability=(0, 0), varlen_on_device=False, fp8_pv="fp32"),
     )
+}
+
+# `ProviderSpec.fp8_pv` in words: how each provider sums P V over the key blocks for FP8 inputs.
+# Hopper's FP8 MMA keeps about 13 bits of its accumulator (notebook 05 (e)), so where O itself is
+# that accumulator the error grows with the context (rel. L2 0.44 at 64k keys on V + 1 inputs, H200).
+FP8_PV_ACCUMULATION: dict[str, str] = {
+    "mma": "O is the FP8 MMA's accumulator across all key blocks (upstream FA3): error grows with the context",
+    "flush": "each key block's P V added to O in fp32 (vLLM's two levels, vllm-project/flash-attention#104, in "
+             "vLLM since vllm-project/vllm#27889 of 2025-10-31; measured on 0.33.0's library)",
+    "option": "upstream FA3's way, or with pv_flush=True vLLM's two levels (fp8lab's kernels, v28)",
+    "fp32": "fp32 arithmetic (the emulation)",
+    "-": "no FP8",
 }
 
 
@@ -217,7 +231,7 @@ def capability_rows() -> list[dict[str, object]]:
 
     return [{"backend": s.backend, "provider": s.name, "dtypes": "/".join(s.dtypes), "GPU": where(s),
              "FP8 needs": fp8_needs(s), "head dims": HEAD_DIM_RULES[s.head_dims], "varlen": s.varlen,
-             "lse": s.returns_lse} for s in PROVIDERS.values()]
+             "lse": s.returns_lse, "FP8 P V sum": s.fp8_pv} for s in PROVIDERS.values()]
 
 
 def _head_dim_reasons(rule: str, req: Request) -> list[str]:
@@ -306,6 +320,10 @@ def provider_reasons(
     reasons += _head_dim_reasons(spec.head_dims, req_eff)
     if req.return_lse and not spec.returns_lse:
         reasons.append("does not return the logsumexp (return_lse=True)")
+    if req.pv_flush and req.dtype == "fp8" and not dequantize and spec.fp8_pv == "mma":
+        reasons.append(f"{spec.name} keeps O in the FP8 MMA's accumulator across all key blocks (upstream FA3), and "
+                       "pv_flush=True asks for each block added in fp32: vLLM's FA3 (vllm, vllm-so) or backend='triton' "
+                       "do that")
     return reasons, dequantize
 
 

@@ -89,6 +89,7 @@ class AttentionCall:
     max_seqlen_q: int | None = None
     max_seqlen_k: int | None = None
     return_lse: bool = False
+    pv_flush: bool = False  # FP8: each key block's P V added to O in fp32 (providers whose `fp8_pv` is "option")
 
     @property
     def out_dtype(self) -> torch.dtype:
@@ -472,6 +473,7 @@ class TritonKernel(Provider):
             causal=call.causal, softmax_scale=call.softmax_scale,
             cu_seqlens_q=call.cu_seqlens_q, cu_seqlens_k=call.cu_seqlens_k,
             max_seqlen_q=call.max_seqlen_q, max_seqlen_k=call.max_seqlen_k, return_lse=call.return_lse,
+            pv_flush=call.pv_flush,
         )
         return (res[0], res[1]) if call.return_lse else (res, None)
 
@@ -507,7 +509,7 @@ class GluonKernel(Provider):
         out, lse = attention_ws.fp8_attention_ws(
             call.q.contiguous(), call.k.contiguous(), attention_ws.key_ordered_vt(call.v),
             q_descale=call.q_descale, k_descale=call.k_descale, v_descale=call.v_descale,
-            causal=call.causal, softmax_scale=call.softmax_scale,
+            causal=call.causal, softmax_scale=call.softmax_scale, pv_flush=call.pv_flush,
         )
         return out, (lse if call.return_lse else None)
 
