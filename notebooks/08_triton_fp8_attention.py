@@ -683,11 +683,11 @@ flush_tiles
 # the same inputs (`scripts/probe_pv_flush.py`, three interleaved rounds). The Gluon kernel got the
 # same switch: `WsConfig(pv_flush=True)`, a fresh accumulator for each block's PV wgmma
 # (`use_acc=False`) and one fp32 add after its wait. Its consumers hold 64 rows each, so its tiles
-# needed no change at head dims 64 and 128.
+# needed no change at head dims 64 and 128. (Head dim 256 needed more; below.)
 
 # %%
 flush_errors, flush_speed, flush_grid = explain.pv_flush(rdir)
-record("v28_long_context_rel_l2", {f"{who} @ {n}": round(float(x), 4) for who, row in flush_errors.iterrows()
+record("v28_long_context_rel_l2", {f"d{d} {who} @ {n}": round(float(x), 4) for (d, who), row in flush_errors.iterrows()
                                    for n, x in row.items()})
 record("v28_pv_flush_tflops", {f"{case} | {who}": round(float(x)) for case, row in flush_speed.iterrows()
                                for who, x in row.dropna().items()})
@@ -701,8 +701,15 @@ flush_speed.T.round(0)
 #   TFLOP/s non-causal, 727 against 726 causal), where v27's form kept 58-64 %. At head dim 64 the
 #   flush costs it 0-4 %, and the Gluon kernel 2-4 % at 64 and 128. (Over the whole grid below: at
 #   most 6 % for the Triton kernel, 1-5 % for the Gluon kernel.)
-# - Head dim 256 has no tile that fits: O alone is 128 values per thread at 64 rows, the flush tile
-#   another 128. Every tile lost about half its speed, the Gluon kernel's too (its consumers spill).
+# - Head dim 256: O alone is 128 values per thread at 64 rows, and the flush tile another 128. Every
+#   tile of the Triton kernel lost about half its speed, and the Gluon kernel's consumers spilled
+#   (383 TFLOP/s against 1082 without the flush). `WsConfig(pv_halves=True)` holds O as two tiles of
+#   128 columns and computes each block's P V half by half after the softmax, waiting for each half
+#   before issuing the next: by then the scores are packed into P's 16 registers and nothing else is
+#   in flight, so a half tile (64 values) fits beside O. It gives up the PV product's overlap with
+#   the softmax inside a warpgroup (the other consumer's softmax still runs under it): 961 / 895
+#   TFLOP/s non-causal / causal, 0.89 / 0.86 of the kernel without the flush (the `-h2` rows; 64-key
+#   blocks were slower). The errors at head dim 256 are the same story (second half of the table).
 #
 # The whole grid, with the faster of the two flushing kernels against fa3-fwd (which does not
 # flush), against vLLM's FP8 varlen path (which does) and against FA3 in bf16:
@@ -715,12 +722,13 @@ plt.show()
 flush_grid.round(3)
 
 # %% [markdown]
-# With the flush on, the faster of our kernels runs at 0.92-0.98x fa3-fwd at head dim 64 and
-# 0.87-0.94x at 128, where fa3-fwd does not flush at all; it beats vLLM's flushing path in every
-# case (by 11-23 % at 64 and 128, 21-43 % at 256) and FA3 bf16 at 64 and 128. At 256 it keeps
-# 0.41-0.54x fa3-fwd, below FA3 bf16. `pv_flush` stays opt-in: `fp8_attention(..., pv_flush=True)`
-# and `fp8_attention_ws(..., pv_flush=True)` take these tiles (`gpu_config(d, causal,
-# pv_flush=True)` says which).
+# With the flush on, the faster of our kernels runs at 0.92-0.98x fa3-fwd at head dim 64, 0.87-0.94x
+# at 128 and 0.82-0.90x at 256 (the Gluon kernel in halves), where fa3-fwd does not flush at all. It
+# beats vLLM's flushing path in every case (by 11-23 % at 64 and 128, 2.3-2.6x at 256) and FA3 bf16
+# everywhere (by 16-38 %). `pv_flush` stays opt-in: `fp8_attention(..., pv_flush=True)`,
+# `fp8_attention_ws(..., pv_flush=True)` and `fp8lab.attention(..., pv_flush=True)` take these tiles
+# (`gpu_config(d, causal, pv_flush=True)` and `default_ws_config(d, causal, True, pv_flush=True)` say
+# which).
 
 # %% [markdown]
 # ## Summary
@@ -730,8 +738,9 @@ flush_grid.round(3)
 # - On Hopper the FP8 MMA keeps about 13 bits of its accumulator, and O accumulates in it over every
 #   key block, as in upstream FA3: the error grows with the context (0.44 rel. L2 at 64k keys on V + 1
 #   inputs). `pv_flush=True` adds each block's P V to O in fp32, as vLLM's library does: flat at
-#   0.0025. In tiles with 64 query rows per warpgroup it costs at most 6 % at head dims 64 and 128,
-#   and about half the speed at 256, where no tile fits (v27, v28: `results/h200/bench_v28_*`).
+#   0.0025. In tiles with 64 query rows per warpgroup it costs at most 6 % at head dims 64 and 128;
+#   at 256, where O alone fills half a thread's registers, the Gluon kernel takes P V in two halves
+#   and keeps 0.83-0.89 of its speed (v27, v28: `results/h200/bench_v28_*`).
 # - Under the interpreter it equals the emulation bit for bit, after rounding P and the
 #   output in float32 to dodge the interpreter's wrong casts.
 # - The max offset matters only where P goes subnormal: peaked rows, long contexts.

@@ -108,6 +108,37 @@ print(json.dumps({str(f): dict(fadd=p.count("add.f32"), wgmma=p.count("wgmma.mma
 """
 
 
+COMPILE_HALVES = """
+import dataclasses, json
+from fp8lab.kernels import attention_ws as W
+base = W.default_ws_config(256, False, True, pv_flush=True)
+ptx = {h: W.compile_ws_sm90(256, False, dataclasses.replace(base, pv_halves=h), permute_keys=True).asm["ptx"]
+       for h in (False, True)}
+print(json.dumps({str(h): dict(n256=p.count("m64n256k32"), n128=p.count("m64n128k32")) for h, p in ptx.items()}))
+"""
+
+
+def test_pv_halves_needs_pv_flush_and_no_pingpong():
+    assert W.WsConfig(pv_flush=True, pv_halves=True).label() == "ws-n128s2-pf-h2"
+    for bad in (dict(pv_halves=True), dict(pv_flush=True, pv_halves=True, pingpong=True)):
+        with pytest.raises(ValueError, match="pv_halves splits pv_flush's product"):
+            W.WsConfig(**bad)
+    assert all(c.pv_flush and c.pv_halves for c in W.WS_PV_HALVES_CANDIDATES)
+
+
+@needs_gluon
+def test_sm90_compile_of_pv_halves_computes_p_v_in_two_128_column_products():
+    """pv_halves (v28, head dim 256): the PV wgmmas are m64n128 (two per 32 keys), none m64n256."""
+    env = {key: val for key, val in os.environ.items() if key != "TRITON_INTERPRET"}
+    done = subprocess.run([sys.executable, "-c", COMPILE_HALVES], env=env, capture_output=True, text=True,
+                          timeout=300, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-3000:]
+    counts = json.loads(done.stdout.strip().splitlines()[-1])
+    whole, halves = counts["False"], counts["True"]
+    assert whole["n256"] > 0 and halves["n256"] == 0
+    assert halves["n128"] == whole["n128"] + 2 * whole["n256"]
+
+
 @needs_gluon
 @pytest.mark.parametrize("head_dim", [64, 128])
 def test_sm90_compile_of_pv_flush_adds_each_block_to_o_in_float32(head_dim):
@@ -155,6 +186,15 @@ def test_gpu_matches_emulation(d, causal):
         bn = W.default_ws_config(d, causal, isinstance(v_in, W.KeyOrderedVt)).block_n
         emu_bn = attention_fa3_fp8(q, k, v, qd, kd, vd, causal=causal, block_n=bn)
         assert rel_l2(flush, emu_bn) <= 0.6 * rel_l2(emu_bn, exact)
+        if d == 256 and isinstance(v_in, W.KeyOrderedVt):  # pv_halves: every candidate, the same bound and lse
+            for c in W.WS_PV_HALVES_CANDIDATES:
+                halves, halves_lse = W.fp8_attention_ws(q, k, v_in, q_descale=qd, k_descale=kd, v_descale=vd,
+                                                        causal=causal, config=c)
+                emu_c = attention_fa3_fp8(q, k, v, qd, kd, vd, causal=causal, block_n=c.block_n)
+                assert rel_l2(halves, emu_c) <= 0.6 * rel_l2(emu_c, exact), c.label()
+                plain_c = W.fp8_attention_ws(q, k, v_in, q_descale=qd, k_descale=kd, v_descale=vd, causal=causal,
+                                             config=dataclasses.replace(c, pv_flush=False, pv_halves=False))[1]
+                assert torch.equal(halves_lse, plain_c), c.label()
         assert torch.equal(flush_lse, W.fp8_attention_ws(q, k, v_in, q_descale=qd, k_descale=kd, v_descale=vd,
                                                          causal=causal)[1])
 
@@ -465,3 +505,23 @@ def test_v12_records_and_register_counts():
     r3 = explain.consumer_registers(64, 128, consumers=3)
     assert r3["budget"] == W.WsConfig(consumers=3).consumer_regs == 160
     assert r3["o"] + r3["s"] + r3["p_float32"] >= r3["budget"] > r3["o"] + r3["s"] + r3["p_packed"]
+
+
+@pytest.mark.gpu
+@pytest.mark.hopper
+@needs_gluon
+def test_gpu_pv_halves_stay_flat_at_long_context():
+    """Head dim 256 (v28): without the flush the error grows with the context as at 128; every pv_halves
+    candidate, and the kernel's pv_flush default, stay at the fp32-accumulation error."""
+    from fp8lab.data import make_qkv
+    from fp8lab.reference import quantize_qkv
+
+    q, k, v = make_qkv("normal", seqlen_q=16, seqlen_k=16384, heads_q=4, head_dim=256, seed=6, device="cuda")
+    exact = attention_exact(q, k, v + 1.0)
+    qq = quantize_qkv(q, k, v + 1.0)
+    vk = W.key_ordered_vt(qq.v)
+    fp32 = rel_l2(attention_fa3_fp8(qq.q, qq.k, qq.v, **qq.descales, block_n=128), exact)
+    plain = rel_l2(W.fp8_attention_ws(qq.q, qq.k, vk, **qq.descales)[0], exact)
+    assert plain > 20 * fp32
+    for c in (*W.WS_PV_HALVES_CANDIDATES, W.default_ws_config(256, False, True, pv_flush=True)):
+        assert rel_l2(W.fp8_attention_ws(qq.q, qq.k, vk, **qq.descales, config=c)[0], exact) < 1.5 * fp32, c.label()

@@ -6,7 +6,9 @@ V pre-transposed, fastest with `key_ordered_vt(v)`); `compile_ws_sm90` shows its
 without a GPU. `quantize_fp8` per kv head and per tensor runs `quantize_onchip` (Gluon) on Hopper
 for inputs of 4 MiB or more where it can: each slice held in the SMs' shared memory, x read once.
 `quantize_fp8_delayed` / `quantize_delayed` are delayed scaling (the descale from earlier calls) in
-one pass, which needs no slice on chip.
+one pass, which needs no slice on chip. Both attention kernels take `pv_flush=True`: each key
+block's P V added to O in fp32 (vLLM's two-level accumulation) instead of in the FP8 MMA's 13-bit
+accumulator across the whole context (upstream FA3's), with tiles chosen for it (`gpu_config`).
 """
 
 from fp8lab.kernels.attention import (

@@ -42,6 +42,12 @@ structure FlashAttention-3 uses and Triton's compiler does not build by itself:
   counter back to zero. The key-ordered default: the counter, except non-causal at head dim 64
   (fixed lists) (v20, v21). One program per tile, the default for plain V^T, is built without
   the tile loop (a constexpr; v20: up to 9 % faster than the loop run once).
+- **How O sums P V.** By default O itself is the PV wgmma's accumulator, as in upstream FA3;
+  Hopper's FP8 MMA keeps about 13 bits of it, so the error grows with the context (v27).
+  ``WsConfig(pv_flush=True)`` (``fp8_attention_ws(..., pv_flush=True)``) gives each block's P V a
+  fresh accumulator and adds it to O in fp32 after its wait, as vLLM's FA3 does; at head dim 256,
+  where O alone fills half a consumer's registers, ``pv_halves`` holds O as two 128-column tiles
+  and computes each half of P V in turn after the softmax (v28).
 
 Measured on an H200 (docs/kernel-notes.md, v8-v12, v19-v21, v23; `results/h200/bench_v12_*`,
 `bench_v19_*` to `bench_v21_*`, `bench_v23_grid*`): with `key_ordered_vt` and its defaults (packed
@@ -106,6 +112,7 @@ class WsConfig:
     persistent: bool = False  # one program per SM, each taking tiles in turn; else one program per tile
     dynamic: bool = False  # persistent programs take the next untaken tile from a counter (FA3's), not a fixed list
     pv_flush: bool = False  # each block's P V in a fresh accumulator, added to O in float32 (AttentionConfig's)
+    pv_halves: bool = False  # with pv_flush at head_dim 256: O and P V in two halves of head_dim, waited for in turn
 
     def __post_init__(self) -> None:
         if self.consumers not in (2, 3):
@@ -114,6 +121,9 @@ class WsConfig:
             raise ValueError("WsConfig: pingpong orders two consumers; got consumers=3")
         if self.dynamic and not self.persistent:
             raise ValueError("WsConfig: dynamic hands tiles to persistent programs; got persistent=False")
+        if self.pv_halves and (not self.pv_flush or self.pingpong):
+            raise ValueError("WsConfig: pv_halves splits pv_flush's product and waits for it outside pingpong's turns; "
+                             f"got pv_flush={self.pv_flush}, pingpong={self.pingpong}")
 
     @property
     def block_m(self) -> int:
@@ -132,7 +142,7 @@ class WsConfig:
     def label(self) -> str:
         return (f"ws-n{self.block_n}s{self.stages}" + "-pp" * self.pingpong + "-ru" * self.rescale_under_mma
                 + "-pw" * self.pack_p + f"-c{self.consumers}" * (self.consumers != 2) + "-ps" * self.persistent
-                + "-dy" * self.dynamic + "-pf" * self.pv_flush)
+                + "-dy" * self.dynamic + "-pf" * self.pv_flush + "-h2" * self.pv_halves)
 
 
 @dataclass(frozen=True)
@@ -170,6 +180,19 @@ def key_ordered_vt(v: torch.Tensor) -> KeyOrderedVt:
     return KeyOrderedVt(vt.contiguous(), s_k)
 
 
+# v28 `pv_flush` at head_dim 256: O is 128 fp32 values per consumer thread there, and a flushed P V
+# tile beside it spills (offline sm_90 compile: 800 bytes of stack). `pv_halves` holds O as two
+# 128-column tiles and computes each block's P V half by half after the softmax (144-392 bytes).
+# H200, 2x8192x32x256, three interleaved rounds (results/h200/bench_v28_pv_halves.*), TFLOP/s
+# non-causal / causal: n128s3 961 / 895, n64s4 803 / 760, n64s3 800 / 760; the whole product 383 / 370,
+# no flush 1082 / 1036, fa3-fwd 1045 / 1021.
+WS_PV_HALVES_CANDIDATES: list[WsConfig] = [
+    WsConfig(block_n=128, stages=3, pack_p=True, persistent=True, dynamic=True, pv_flush=True, pv_halves=True),
+    WsConfig(block_n=64, stages=4, pack_p=True, persistent=True, dynamic=True, pv_flush=True, pv_halves=True),
+    WsConfig(block_n=64, stages=3, pack_p=True, persistent=True, dynamic=True, pv_flush=True, pv_halves=True),
+]
+
+
 def default_ws_config(head_dim: int, causal: bool = False, key_ordered: bool = False,
                       pv_flush: bool = False) -> WsConfig:
     """The tiles that measured best on the H200 (docs/kernel-notes.md v8-v12, v19-v21).
@@ -183,9 +206,10 @@ def default_ws_config(head_dim: int, causal: bool = False, key_ordered: bool = F
     than one program per tile (v21: 0.964 against 0.953 of FA3 on average). Plain V^T: P crosses in
     float32, two consumers, 128 keys at 64 and 128 (v11's stage counts), 64 keys in four stages at
     256 (128 keys spill there). `pv_flush`: the same tiles with each block's P V added to O in
-    float32 (v28)."""
+    float32 (v28), at head_dim 256 in halves (`pv_halves`: 961 / 895 TFLOP/s non-causal / causal at
+    2x8192x32x256 with key-ordered V, against 383 / 370 for the whole product; v28)."""
     if pv_flush:
-        return replace(default_ws_config(head_dim, causal, key_ordered), pv_flush=True)
+        return replace(default_ws_config(head_dim, causal, key_ordered), pv_flush=True, pv_halves=head_dim > 128)
     if key_ordered:
         if head_dim <= 64:  # non-causal: fixed lists (the counter was even, or 4 % slower with 16k tokens)
             return WsConfig(block_n=128, stages=3, pack_p=True, consumers=3, persistent=True, dynamic=causal)
@@ -380,11 +404,26 @@ if HAVE_GLUON:
             mbarrier.arrive(turn.index(1 - wg), count=1)
 
     @gluon.jit
+    def _ws_rescale(acc, alpha, o_layout: gl.constexpr):
+        """O (or one half of it) times the online softmax's alpha, row by row."""
+        return acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
+
+    @gluon.jit
+    def _ws_pv_halves(p8, vt, zero_o, acc, acc_hi, O_COLS: gl.constexpr):
+        """PV_HALVES: P V^T's two column halves, each into a fresh accumulator, waited for and added to
+        its half of O in fp32 before the next is issued. vt: V^T's (head_dim, block_n) stage."""
+        pv = warpgroup_mma(p8, vt.slice(0, O_COLS, dim=0).permute((1, 0)), zero_o, use_acc=False, is_async=True)
+        acc += warpgroup_mma_wait(0, deps=[pv])
+        pv = warpgroup_mma(p8, vt.slice(O_COLS, O_COLS, dim=0).permute((1, 0)), zero_o, use_acc=False, is_async=True)
+        acc_hi += warpgroup_mma_wait(0, deps=[pv])
+        return acc, acc_hi
+
+    @gluon.jit
     def _ws_consume_tile(bufs, bars, wg, tile, w, g, rnd, sched, seqlen_q, seqlen_k, descales, outs, softmax_scale_log2,
                          GROUP: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr,
                          CONSUMERS: gl.constexpr, CAUSAL: gl.constexpr, MAX_OFFSET: gl.constexpr,
                          PINGPONG: gl.constexpr, RESCALE_UNDER_MMA: gl.constexpr, PERMUTE_KEYS: gl.constexpr,
-                         PACK_P: gl.constexpr, PV_FLUSH: gl.constexpr):
+                         PACK_P: gl.constexpr, PV_FLUSH: gl.constexpr, PV_HALVES: gl.constexpr):
         """One warpgroup's 64 query rows of one tile, the program's w-th, its key blocks at ring
         positions g, g + 1, ... and its MMA rounds from rnd: S = Q K^T and O += e4m3(P) V^T as async
         wgmma, the softmax in between, then the epilogue; returns (g, rnd) after it.
@@ -394,12 +433,16 @@ if HAVE_GLUON:
         S, the last stage after the last PV product, so the loader fills both for the next tile under
         this one's last MMA and epilogue. RESCALE_UNDER_MMA (FA3's order): O's rescale by the last
         softmax's alpha runs after S_j is issued, under that MMA, instead of before the loop turns;
-        same bits."""
+        same bits. PV_FLUSH: each P V in a fresh accumulator, added to O in fp32 after its wait.
+        PV_HALVES (with PV_FLUSH, v28): O held as two tiles of head_dim / 2 columns, each block's P V
+        computed half by half after the softmax, each half waited for before the next, so that no
+        product is in flight beside the scores (the registers of head dim 256)."""
         ROWS: gl.constexpr = 64
+        O_COLS: gl.constexpr = HEAD_DIM // 2 if PV_HALVES else HEAD_DIM
         s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                            instr_shape=[16, BLOCK_N, 32])
         o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                           instr_shape=[16, HEAD_DIM, 32])
+                                                           instr_shape=[16, O_COLS, 32])
         p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=4)
         q_bufs, k_bufs, v_bufs = bufs
         q_bar, q_free, ready, empty, turn = bars[0], bars[1], bars[2], bars[3], bars[4]
@@ -408,7 +451,7 @@ if HAVE_GLUON:
         O, LSE, stride_ob, stride_os, stride_oh, stride_lb, stride_lh = outs
         q_smem = q_bufs.index(wg)
         zero_s = gl.zeros([ROWS, BLOCK_N], gl.float32, s_layout)
-        zero_o = gl.zeros([ROWS, HEAD_DIM], gl.float32, o_layout)  # PV_FLUSH's fresh accumulator (never read)
+        zero_o = gl.zeros([ROWS, O_COLS], gl.float32, o_layout)  # PV_FLUSH's fresh accumulator (never read)
         diag = seqlen_k - seqlen_q
         b, h, hk, m0, n_blocks, n_masked = _ws_tile(tile, sched, seqlen_q, seqlen_k, GROUP, ROWS * CONSUMERS,
                                                     BLOCK_N, CAUSAL)
@@ -419,7 +462,8 @@ if HAVE_GLUON:
         offs_m = r0 + gl.arange(0, ROWS, layout=gl.SliceLayout(1, s_layout))
         m_i = gl.full([ROWS], float("-inf"), gl.float32, gl.SliceLayout(1, s_layout))
         l_i = gl.zeros([ROWS], gl.float32, gl.SliceLayout(1, s_layout))
-        acc = gl.zeros([ROWS, HEAD_DIM], gl.float32, o_layout)
+        acc = gl.zeros([ROWS, O_COLS], gl.float32, o_layout)
+        acc_hi = gl.zeros([ROWS, O_COLS], gl.float32, o_layout)  # PV_HALVES: O's columns O_COLS.. (else unused)
         mbarrier.wait(q_bar, w & 1)
         if n_blocks > 0:
             # Block 0 (the last key block): scores and softmax only; its PV runs in the next step.
@@ -440,33 +484,49 @@ if HAVE_GLUON:
                 _ws_turn(turn, wg, rnd + it, PINGPONG)
                 s = warpgroup_mma(q_smem, k_bufs.index(st).permute((1, 0)), zero_s, use_acc=False, is_async=True)
                 if RESCALE_UNDER_MMA:
-                    acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
+                    acc = _ws_rescale(acc, alpha, o_layout)
+                    if PV_HALVES:  # (assigned only here, so that acc_hi is carried only then)
+                        acc_hi = _ws_rescale(acc_hi, alpha, o_layout)
                 p8 = _ws_p_operand(pc, p_layout, PERMUTE_KEYS, PACK_P)
-                if PV_FLUSH:  # P_{j-1} V_{j-1} in a fresh accumulator, added to O in float32 below
+                if PV_HALVES:  # issued after the softmax below
+                    pass
+                elif PV_FLUSH:  # P_{j-1} V_{j-1} in a fresh accumulator, added to O in float32 below
                     pv = warpgroup_mma(p8, v_bufs.index(prev).permute((1, 0)), zero_o, use_acc=False, is_async=True)
                 else:  # O itself accumulates in the FP8 MMA (upstream FA3)
                     acc = warpgroup_mma(p8, v_bufs.index(prev).permute((1, 0)), acc, is_async=True)
                 _ws_pass(turn, wg, PINGPONG)
-                s = warpgroup_mma_wait(1, deps=[s])  # S_j done; the PV product of block j-1 may still run
+                s = warpgroup_mma_wait(0 if PV_HALVES else 1, deps=[s])  # S_j done; the PV of block j-1 may run
                 if it < n_masked:
                     s = _ws_mask(s, (n_blocks - 1 - it) * BLOCK_N, offs_m, seqlen_k, diag, BLOCK_N, CAUSAL,
                                  s_layout)
                 p, alpha, l_i, m_i = _ws_softmax(s, m_i, l_i, scale_log2, MAX_OFFSET)
-                if PV_FLUSH:
-                    acc += warpgroup_mma_wait(0, deps=[pv])
+                if PV_HALVES:  # P_j packed first: its float32 registers are free before the products
+                    pc_next = _ws_carry(p, PACK_P)
+                    acc, acc_hi = _ws_pv_halves(p8, v_bufs.index(prev), zero_o, acc, acc_hi, O_COLS)
+                    pc = pc_next
                 else:
-                    acc = warpgroup_mma_wait(0, deps=[acc])
-                pc = _ws_carry(p, PACK_P)
+                    if PV_FLUSH:
+                        acc += warpgroup_mma_wait(0, deps=[pv])
+                    else:
+                        acc = warpgroup_mma_wait(0, deps=[acc])
+                    pc = _ws_carry(p, PACK_P)
                 mbarrier.arrive(empty.index(prev), count=1)  # K_{j-1} and V_{j-1} are free
                 if not RESCALE_UNDER_MMA:
-                    acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
+                    acc = _ws_rescale(acc, alpha, o_layout)
+                    if PV_HALVES:  # (assigned only here, so that acc_hi is carried only then)
+                        acc_hi = _ws_rescale(acc_hi, alpha, o_layout)
             mbarrier.arrive(q_free, count=1)  # every S of this tile is done: the next tile's Q may come
             last = (g + n_blocks - 1) % STAGES
             if RESCALE_UNDER_MMA:
-                acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
+                acc = _ws_rescale(acc, alpha, o_layout)
+                if PV_HALVES:
+                    acc_hi = _ws_rescale(acc_hi, alpha, o_layout)
             _ws_turn(turn, wg, rnd + n_blocks, PINGPONG)
             p8 = _ws_p_operand(pc, p_layout, PERMUTE_KEYS, PACK_P)
-            if PV_FLUSH:
+            if PV_HALVES:
+                acc, acc_hi = _ws_pv_halves(p8, v_bufs.index(last), zero_o, acc, acc_hi, O_COLS)
+                _ws_pass(turn, wg, PINGPONG)
+            elif PV_FLUSH:
                 pv = warpgroup_mma(p8, v_bufs.index(last).permute((1, 0)), zero_o, use_acc=False, is_async=True)
                 _ws_pass(turn, wg, PINGPONG)
                 acc += warpgroup_mma_wait(0, deps=[pv])
@@ -488,11 +548,14 @@ if HAVE_GLUON:
         lse = (m_use * scale_log2 - MAX_OFFSET + gl.log2(gl.where(no_keys, 1.0, l_o))) * 0.6931471805599453
         lse = gl.where(no_keys, float("-inf"), lse)
         rows = r0 + gl.arange(0, ROWS, layout=gl.SliceLayout(1, o_layout))
-        offs_d = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, o_layout))
+        offs_d = gl.arange(0, O_COLS, layout=gl.SliceLayout(0, o_layout))
         in_q = rows < seqlen_q
         o_base = O + b.to(gl.int64) * stride_ob + h.to(gl.int64) * stride_oh
         o_ptrs = o_base + gl.expand_dims(rows.to(gl.int64) * stride_os, 1) + gl.expand_dims(offs_d, 0)
         gl.store(o_ptrs, out.to(gl.bfloat16), mask=gl.expand_dims(in_q, 1))
+        if PV_HALVES:
+            out_hi = acc_hi * gl.expand_dims((1.0 / gl.where(no_keys, 1.0, l_o)) * v_descale, 1)
+            gl.store(o_ptrs + O_COLS, out_hi.to(gl.bfloat16), mask=gl.expand_dims(in_q, 1))
         gl.store(LSE + b.to(gl.int64) * stride_lb + h.to(gl.int64) * stride_lh + rows, lse, mask=in_q)
         return g, rnd + n_blocks + gl.minimum(n_blocks, 1)  # a tile with keys has n_blocks + 1 MMA rounds
 
@@ -501,7 +564,8 @@ if HAVE_GLUON:
                      GROUP: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr,
                      CONSUMERS: gl.constexpr, CAUSAL: gl.constexpr, MAX_OFFSET: gl.constexpr, PINGPONG: gl.constexpr,
                      RESCALE_UNDER_MMA: gl.constexpr, PERMUTE_KEYS: gl.constexpr, PACK_P: gl.constexpr,
-                     PV_FLUSH: gl.constexpr, PERSISTENT: gl.constexpr, DYNAMIC: gl.constexpr):
+                     PV_FLUSH: gl.constexpr, PV_HALVES: gl.constexpr, PERSISTENT: gl.constexpr,
+                     DYNAMIC: gl.constexpr):
         """One warpgroup, 64 query rows of the program's tile (`_ws_consume_tile`), or, PERSISTENT,
         of each of its tiles in turn: tile + grid, or, DYNAMIC, the number the loader took from the
         counter (`tile_slot`). Several run side by side on the same K/V ring."""
@@ -515,7 +579,8 @@ if HAVE_GLUON:
             while tile < n_tiles:
                 g, rnd = _ws_consume_tile(bufs, bars, wg, tile, w, g, rnd, sched, seqlen_q, seqlen_k, descales, outs,
                                           softmax_scale_log2, GROUP, BLOCK_N, HEAD_DIM, STAGES, CONSUMERS, CAUSAL,
-                                          MAX_OFFSET, PINGPONG, RESCALE_UNDER_MMA, PERMUTE_KEYS, PACK_P, PV_FLUSH)
+                                          MAX_OFFSET, PINGPONG, RESCALE_UNDER_MMA, PERMUTE_KEYS, PACK_P, PV_FLUSH,
+                                          PV_HALVES)
                 if DYNAMIC:
                     mbarrier.wait(tile_bar.index((w + 1) & 1), (w >> 1) & 1)
                     tile = gl.sum(tile_slot.index((w + 1) & 1).load(gl.BlockedLayout([1], [32], [4], [0])), 0)
@@ -525,7 +590,7 @@ if HAVE_GLUON:
         else:
             _ws_consume_tile(bufs, bars, wg, tile, 0, 0, 0, sched, seqlen_q, seqlen_k, descales, outs,
                              softmax_scale_log2, GROUP, BLOCK_N, HEAD_DIM, STAGES, CONSUMERS, CAUSAL, MAX_OFFSET,
-                             PINGPONG, RESCALE_UNDER_MMA, PERMUTE_KEYS, PACK_P, PV_FLUSH)
+                             PINGPONG, RESCALE_UNDER_MMA, PERMUTE_KEYS, PACK_P, PV_FLUSH, PV_HALVES)
 
     @gluon.jit
     def _fp8_attention_ws_fwd(
@@ -540,7 +605,7 @@ if HAVE_GLUON:
         GROUP: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
         CONSUMERS: gl.constexpr, CONSUMER_REGS: gl.constexpr, CAUSAL: gl.constexpr, MAX_OFFSET: gl.constexpr,
         PINGPONG: gl.constexpr, RESCALE_UNDER_MMA: gl.constexpr, PERMUTE_KEYS: gl.constexpr, PACK_P: gl.constexpr,
-        PV_FLUSH: gl.constexpr, PERSISTENT: gl.constexpr, DYNAMIC: gl.constexpr,
+        PV_FLUSH: gl.constexpr, PV_HALVES: gl.constexpr, PERSISTENT: gl.constexpr, DYNAMIC: gl.constexpr,
     ):
         """Program p takes tile p (`_ws_tile`); PERSISTENT (a grid of one program per SM, `WsConfig`),
         then tiles p + grid, p + 2 grid, ..., or, DYNAMIC, the tiles no other program has taken yet."""
@@ -578,10 +643,10 @@ if HAVE_GLUON:
             gl.warp_specialize([
                 (_ws_consumer, (bufs, bars, 0, sched, seqlen_q, seqlen_k, descales, outs, softmax_scale_log2, GROUP,
                                 BLOCK_N, HEAD_DIM, STAGES, CONSUMERS, CAUSAL, MAX_OFFSET, PINGPONG, RESCALE_UNDER_MMA,
-                                PERMUTE_KEYS, PACK_P, PV_FLUSH, PERSISTENT, DYNAMIC)),
+                                PERMUTE_KEYS, PACK_P, PV_FLUSH, PV_HALVES, PERSISTENT, DYNAMIC)),
                 (_ws_consumer, (bufs, bars, 1, sched, seqlen_q, seqlen_k, descales, outs, softmax_scale_log2, GROUP,
                                 BLOCK_N, HEAD_DIM, STAGES, CONSUMERS, CAUSAL, MAX_OFFSET, PINGPONG, RESCALE_UNDER_MMA,
-                                PERMUTE_KEYS, PACK_P, PV_FLUSH, PERSISTENT, DYNAMIC)),
+                                PERMUTE_KEYS, PACK_P, PV_FLUSH, PV_HALVES, PERSISTENT, DYNAMIC)),
                 (_ws_loader, (q_desc, k_desc, vt_desc, bufs, bars, sched, seqlen_q, seqlen_k, heads_kv, COUNTER, GROUP,
                               HEAD_DIM, BLOCK_N, STAGES, CONSUMERS, CAUSAL, PERSISTENT, DYNAMIC)),
             ], [4, 1], [CONSUMER_REGS, 24])
@@ -589,13 +654,13 @@ if HAVE_GLUON:
             gl.warp_specialize([
                 (_ws_consumer, (bufs, bars, 0, sched, seqlen_q, seqlen_k, descales, outs, softmax_scale_log2, GROUP,
                                 BLOCK_N, HEAD_DIM, STAGES, CONSUMERS, CAUSAL, MAX_OFFSET, PINGPONG, RESCALE_UNDER_MMA,
-                                PERMUTE_KEYS, PACK_P, PV_FLUSH, PERSISTENT, DYNAMIC)),
+                                PERMUTE_KEYS, PACK_P, PV_FLUSH, PV_HALVES, PERSISTENT, DYNAMIC)),
                 (_ws_consumer, (bufs, bars, 1, sched, seqlen_q, seqlen_k, descales, outs, softmax_scale_log2, GROUP,
                                 BLOCK_N, HEAD_DIM, STAGES, CONSUMERS, CAUSAL, MAX_OFFSET, PINGPONG, RESCALE_UNDER_MMA,
-                                PERMUTE_KEYS, PACK_P, PV_FLUSH, PERSISTENT, DYNAMIC)),
+                                PERMUTE_KEYS, PACK_P, PV_FLUSH, PV_HALVES, PERSISTENT, DYNAMIC)),
                 (_ws_consumer, (bufs, bars, 2, sched, seqlen_q, seqlen_k, descales, outs, softmax_scale_log2, GROUP,
                                 BLOCK_N, HEAD_DIM, STAGES, CONSUMERS, CAUSAL, MAX_OFFSET, PINGPONG, RESCALE_UNDER_MMA,
-                                PERMUTE_KEYS, PACK_P, PV_FLUSH, PERSISTENT, DYNAMIC)),
+                                PERMUTE_KEYS, PACK_P, PV_FLUSH, PV_HALVES, PERSISTENT, DYNAMIC)),
                 (_ws_loader, (q_desc, k_desc, vt_desc, bufs, bars, sched, seqlen_q, seqlen_k, heads_kv, COUNTER, GROUP,
                               HEAD_DIM, BLOCK_N, STAGES, CONSUMERS, CAUSAL, PERSISTENT, DYNAMIC)),
             ], [4, 4, 1], [CONSUMER_REGS, CONSUMER_REGS, 24])
@@ -686,6 +751,9 @@ def fp8_attention_ws(
     s_k, hk = k.shape[1], k.shape[2]
     if d not in (64, 128, 256):
         raise ValueError(f"fp8_attention_ws: head_dim must be 64, 128 or 256, got {d}")
+    if config is not None and config.pv_halves and d != 256:
+        raise ValueError(f"config {config.label()}: pv_halves is for head_dim 256 (O and the flushed P V do not fit "
+                         f"in a consumer's registers there), got head_dim {d}")
     if keyed:
         vt_keys = vt.shape[-1]  # V^T rows of seqlen_k rounded up to 32 keys
     else:
@@ -738,7 +806,7 @@ def fp8_attention_ws(
         GROUP=h // hk, HEAD_DIM=d, BLOCK_N=cfg.block_n, STAGES=cfg.stages, CONSUMERS=cfg.consumers,
         CONSUMER_REGS=cfg.consumer_regs, CAUSAL=bool(causal), MAX_OFFSET=float(max_offset),
         PINGPONG=cfg.pingpong, RESCALE_UNDER_MMA=cfg.rescale_under_mma, PERMUTE_KEYS=keyed, PACK_P=cfg.pack_p,
-        PV_FLUSH=cfg.pv_flush, PERSISTENT=cfg.persistent, DYNAMIC=cfg.dynamic,
+        PV_FLUSH=cfg.pv_flush, PV_HALVES=cfg.pv_halves, PERSISTENT=cfg.persistent, DYNAMIC=cfg.dynamic,
         num_warps=4,
         maxnreg=cfg.maxnreg,
     )
@@ -767,5 +835,5 @@ def compile_ws_sm90(head_dim: int = 128, causal: bool = False, config: WsConfig 
     const = dict(GROUP=1, HEAD_DIM=head_dim, BLOCK_N=cfg.block_n, STAGES=cfg.stages, CONSUMERS=cfg.consumers,
                  CONSUMER_REGS=cfg.consumer_regs, CAUSAL=causal, MAX_OFFSET=FA3_MAX_OFFSET, PINGPONG=cfg.pingpong,
                  RESCALE_UNDER_MMA=cfg.rescale_under_mma, PERMUTE_KEYS=permute_keys, PACK_P=cfg.pack_p,
-                 PV_FLUSH=cfg.pv_flush, PERSISTENT=cfg.persistent, DYNAMIC=cfg.dynamic)
+                 PV_FLUSH=cfg.pv_flush, PV_HALVES=cfg.pv_halves, PERSISTENT=cfg.persistent, DYNAMIC=cfg.dynamic)
     return compile_sm90(_fp8_attention_ws_fwd, types, const, num_warps=4, maxnreg=cfg.maxnreg)

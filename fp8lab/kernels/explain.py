@@ -443,19 +443,29 @@ def pv_accumulation(results_dir: str | Path) -> tuple[pd.DataFrame, pd.DataFrame
 def pv_flush(results_dir: str | Path) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """v28's `pv_flush` runs (`scripts/probe_pv_flush.py`, medians of three interleaved rounds):
 
-    errors (`bench_v28_long_context.json`): rel L2 against exact attention on v27's long-context
-    inputs, per kernel tile, provider ("vllm-so": vLLM's FA3 library) or emulation model (rows) and
-    number of keys (columns). tiles (`bench_v28_pv_flush.json`): TFLOP/s at 2x8192x32xd per case
-    (rows) and call (columns: both kernels' defaults, every `pv_flush` tile tried, the providers).
-    grid (`bench_v28_pv_flush_grid.json`): the issue's grid with both kernels' `pv_flush` defaults,
-    and the faster of the two against fa3-fwd FP8 (no flush), vLLM's FP8 varlen path (flushes
-    every block) and FA3 bf16."""
+    errors (`bench_v28_long_context.json`, d = 128, and `_d256.json`): rel L2 against exact attention
+    on v27's long-context inputs, per (head dim, kernel tile, provider ("vllm-so": vLLM's FA3
+    library) or emulation model) and number of keys (columns). tiles: TFLOP/s at 2x8192x32xd per
+    case (rows) and call (columns: both kernels' defaults, every `pv_flush` tile tried, the
+    providers); head dims 64 and 128 from `bench_v28_pv_flush.json`, 256 from the later run with
+    the Gluon kernel's `pv_halves` (`bench_v28_pv_halves.json`). grid: the issue's grid with both
+    kernels' `pv_flush` defaults (`bench_v28_pv_flush_grid.json`; head dim 256 from the later run
+    with `pv_halves` the default, `_grid_d256.json`), and the faster of the two flushing kernels
+    against fa3-fwd FP8 (no flush), vLLM's FP8 varlen path (flushes every block) and FA3 bf16."""
     rdir = Path(results_dir)
-    err = pd.DataFrame([r for r in load_results(rdir / "bench_v28_long_context.json")["rows"] if "rel_l2" in r])
-    errors = err.pivot_table(index="who", columns="seqlen_k", values="rel_l2", sort=False)
-    timed = pd.DataFrame([r for r in load_results(rdir / "bench_v28_pv_flush.json")["rows"] if "tflops" in r])
+
+    def rows(name: str, keep=lambda r: True) -> list[dict]:
+        return [r for r in load_results(rdir / name)["rows"] if keep(r)]
+
+    err = pd.DataFrame([dict(r, head_dim=d) for d, name in ((128, "bench_v28_long_context.json"),
+                                                            (256, "bench_v28_long_context_d256.json"))
+                        for r in rows(name, lambda r: "rel_l2" in r)])
+    errors = err.pivot_table(index=["head_dim", "who"], columns="seqlen_k", values="rel_l2", sort=False)
+    timed = pd.DataFrame(rows("bench_v28_pv_flush.json", lambda r: "tflops" in r and r["head_dim"] != 256)
+                         + rows("bench_v28_pv_halves.json", lambda r: "tflops" in r))
     tiles = timed.pivot_table(index="case", columns="provider", values="tflops", aggfunc="median", sort=False)
-    g = pd.DataFrame([r for r in load_results(rdir / "bench_v28_pv_flush_grid.json")["rows"] if "tflops" in r])
+    g = pd.DataFrame(rows("bench_v28_pv_flush_grid.json", lambda r: "tflops" in r and r["head_dim"] != 256)
+                     + rows("bench_v28_pv_flush_grid_d256.json", lambda r: "tflops" in r))
     g = g.pivot_table(index="case", columns="provider", values="tflops", aggfunc="median", sort=False)
     names = {"fp8lab": "Triton", "fp8lab pf": "Triton pv_flush", "fp8lab ws": "Gluon", "fp8lab ws pf": "Gluon pv_flush",
              "fa3-fwd FP8": "FA3 FP8", "vLLM FA3 FP8 varlen": "vLLM FP8 varlen", "fa3-fwd bf16": "FA3 bf16"}
