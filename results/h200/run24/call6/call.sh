@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+set -u
+mkdir -p $OUT/c
+python3 -m pip install -q --no-index --no-deps --target /tmp/site .gpu/*.whl > /dev/null 2>&1
+xz -dc .gpu/_vllm_fa3_C.abi3.so.xz > /tmp/_vllm_fa3_C.abi3.so
+export FP8LAB_VLLM_FA3_LIB=/tmp/_vllm_fa3_C.abi3.so
+export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 MPLBACKEND=Agg
+cp scripts/_call.sh $OUT/c/call.sh
+(nvidia-smi; python3 -c "import torch,triton;print(torch.__version__,triton.__version__)") > $OUT/c/gpu.txt 2>&1
+t0=$SECONDS
+timeout 200 python3 -m pytest -q tests/test_kernels_attention_ws.py -k "persistent_programs or dynamic_tiles or key_ordered_v_gives" -p no:cacheprovider -rs > $OUT/c/tests_ws_rest.log 2>&1; echo "ws rest rc=$? $((SECONDS-t0))s"
+tail -3 $OUT/c/tests_ws_rest.log
+cd $OUT && tar czf c.tgz c && rm -rf c
