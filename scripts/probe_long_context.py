@@ -64,12 +64,7 @@ def main(out: str, seqlens: list[int], timing: bool = False) -> None:
                                                               apply_to_qk=False), bn),
         ):
             outs[name] = (lambda m=model, b=block: attention_fa3_fp8(qq.q, qq.k, qq.v, *ds, block_n=b, accumulator=m))
-        for name, fn in outs.items():
-            try:
-                rows.append(dict(seqlen_k=sk, who=name, rel_l2=float(rel_l2(fn(), ref))))
-            except Exception as e:  # noqa: BLE001 - one failure must not lose the rest
-                rows.append(dict(seqlen_k=sk, who=name, error=repr(e)[:300]))
-            print(rows[-1], flush=True)
+        rows += error_rows(outs, ref, sk)
     if timing and dev == "cuda":
         from fp8lab.kernels import quantize_fp8
 
@@ -89,6 +84,19 @@ def main(out: str, seqlens: list[int], timing: bool = False) -> None:
                     rows.append(dict(case=case.label(), config=r["provider"], error=r.get("error")))
                 print(rows[-1], flush=True)
     bench.write_results(out, rows, env.context(dtype="float8_e4m3fn"))
+
+
+def error_rows(outs: dict, ref: torch.Tensor, seqlen_k: int) -> list[dict]:
+    """One row per output of `outs` (name -> call): its rel L2 against `ref`, or the error it raised
+    (one failure must not lose the rest); each printed as it comes."""
+    rows = []
+    for name, fn in outs.items():
+        try:
+            rows.append(dict(seqlen_k=seqlen_k, who=name, rel_l2=float(rel_l2(fn(), ref))))
+        except Exception as e:  # noqa: BLE001
+            rows.append(dict(seqlen_k=seqlen_k, who=name, error=repr(e)[:300]))
+        print(rows[-1], flush=True)
+    return rows
 
 
 if __name__ == "__main__":

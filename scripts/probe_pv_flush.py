@@ -32,10 +32,10 @@ from dataclasses import replace
 from pathlib import Path
 
 import torch
+from probe_long_context import error_rows  # scripts/, beside this one
 
 from fp8lab import bench, env
 from fp8lab.data import make_qkv
-from fp8lab.metrics import rel_l2
 from fp8lab.reference import AccumulatorModel, attention_exact, attention_fa3_fp8, quantize_qkv
 from fp8lab.reference.fa3 import HOPPER_FP8_MMA
 
@@ -80,12 +80,7 @@ def accuracy(out: Path, seqlens: list[int], head_dim: int = 128) -> None:
             ("emulation, flush every 4 blocks", AccumulatorModel(bits, promote_every=4 * bn, apply_to_qk=False)),
         ):
             outs[name] = lambda m=model: attention_fa3_fp8(qq.q, qq.k, qq.v, *ds, block_n=bn, accumulator=m)
-        for name, fn in outs.items():
-            try:
-                rows.append(dict(seqlen_k=sk, who=name, rel_l2=float(rel_l2(fn(), ref))))
-            except Exception as e:  # noqa: BLE001 - one failure must not lose the rest
-                rows.append(dict(seqlen_k=sk, who=name, error=repr(e)[:300]))
-            print(rows[-1], flush=True)
+        rows += error_rows(outs, ref, sk)
     name = "accuracy.json" if head_dim == 128 else f"accuracy_d{head_dim}.json"
     bench.write_results(out / name, rows, env.context(dtype="float8_e4m3fn"))
 

@@ -187,33 +187,33 @@ def plot_after_compile(df: pd.DataFrame, target: float = 0.9, ax: plt.Axes | Non
 def plot_api_grid(df: pd.DataFrame, target: float = 0.9, ax: plt.Axes | None = None) -> plt.Axes:
     """Bars per case: TFLOP/s over fa3-fwd called directly, for the Gluon kernel called directly
     and through `fp8lab.attention`, and fa3-fwd through it (`fp8lab.kernels.explain.v24_api_grid`)."""
-    ax = ax or plt.subplots(figsize=(8, 5.5))[1]
-    cols = ["Gluon direct", "API triton (Gluon)", "API fa3:fa3-fwd"]
-    long = (df[cols].div(df["fa3-fwd direct"], axis=0).rename_axis("case").reset_index()
-            .melt(id_vars="case", var_name="call", value_name="ratio"))
-    sns.barplot(data=long, y="case", x="ratio", hue="call", palette="deep", ax=ax)
-    ax.axvline(target, ls="--", color="k", lw=1)
-    ax.set_xlabel("TFLOP/s over fa3-fwd FP8 called directly")
-    ax.set_ylabel("")
-    ax.legend(fontsize=8, ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.1))
-    ax.set_title("The kernels through fp8lab.attention (V in FA3's layout, checks, one sync)")
-    return ax
+    return _ratio_bars(df, ["Gluon direct", "API triton (Gluon)", "API fa3:fa3-fwd"], "fa3-fwd direct", target,
+                       "TFLOP/s over fa3-fwd FP8 called directly",
+                       "The kernels through fp8lab.attention (V in FA3's layout, checks, one sync)",
+                       ax or plt.subplots(figsize=(8, 5.5))[1], legend_y=-0.1)
 
 
 def plot_pv_flush_grid(grid: pd.DataFrame, target: float = 0.9, ax: plt.Axes | None = None) -> plt.Axes:
     """Bars per case: TFLOP/s over fa3-fwd FP8 (O accumulated in the FP8 MMA) for both kernels with
     `pv_flush`, the Gluon kernel without it and vLLM's FP8 varlen path, which flushes too
     (`fp8lab.kernels.explain.pv_flush`'s grid)."""
-    ax = ax or plt.subplots(figsize=(8, 7))[1]
-    cols = ["Gluon", "Gluon pv_flush", "Triton pv_flush", "vLLM FP8 varlen"]
-    long = (grid[cols].div(grid["FA3 FP8"], axis=0).rename_axis("case").reset_index()
+    return _ratio_bars(grid, ["Gluon", "Gluon pv_flush", "Triton pv_flush", "vLLM FP8 varlen"], "FA3 FP8", target,
+                       "TFLOP/s over fa3-fwd FP8 (which does not flush)",
+                       "O added in fp32 every key block: our kernels and vLLM's",
+                       ax or plt.subplots(figsize=(8, 7))[1], legend_y=-0.08)
+
+
+def _ratio_bars(df: pd.DataFrame, cols: list[str], base: str, target: float, xlabel: str, title: str,
+                ax: plt.Axes, legend_y: float) -> plt.Axes:
+    """Horizontal bars per case (df's index): each of `cols` over `base`, with the target line."""
+    long = (df[cols].div(df[base], axis=0).rename_axis("case").reset_index()
             .melt(id_vars="case", var_name="call", value_name="ratio"))
     sns.barplot(data=long, y="case", x="ratio", hue="call", palette="deep", ax=ax)
     ax.axvline(target, ls="--", color="k", lw=1)
-    ax.set_xlabel("TFLOP/s over fa3-fwd FP8 (which does not flush)")
+    ax.set_xlabel(xlabel)
     ax.set_ylabel("")
-    ax.legend(fontsize=8, ncol=4, loc="upper center", bbox_to_anchor=(0.5, -0.08))
-    ax.set_title("O added in fp32 every key block: our kernels and vLLM's")
+    ax.legend(fontsize=8, ncol=len(cols), loc="upper center", bbox_to_anchor=(0.5, legend_y))
+    ax.set_title(title)
     return ax
 
 
