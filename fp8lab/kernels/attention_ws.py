@@ -488,12 +488,12 @@ if HAVE_GLUON:
                     if PV_HALVES:  # (assigned only here, so that acc_hi is carried only then)
                         acc_hi = _ws_rescale(acc_hi, alpha, o_layout)
                 p8 = _ws_p_operand(pc, p_layout, PERMUTE_KEYS, PACK_P)
-                if PV_HALVES:  # issued after the softmax below
-                    pass
-                elif PV_FLUSH:  # P_{j-1} V_{j-1} in a fresh accumulator, added to O in float32 below
-                    pv = warpgroup_mma(p8, v_bufs.index(prev).permute((1, 0)), zero_o, use_acc=False, is_async=True)
-                else:  # O itself accumulates in the FP8 MMA (upstream FA3)
-                    acc = warpgroup_mma(p8, v_bufs.index(prev).permute((1, 0)), acc, is_async=True)
+                if not PV_HALVES:  # (PV_HALVES issues its products after the softmax)
+                    if PV_FLUSH:  # P_{j-1} V_{j-1} in a fresh accumulator, added to O in float32 below
+                        pv = warpgroup_mma(p8, v_bufs.index(prev).permute((1, 0)), zero_o, use_acc=False,
+                                           is_async=True)
+                    else:  # O itself accumulates in the FP8 MMA (upstream FA3)
+                        acc = warpgroup_mma(p8, v_bufs.index(prev).permute((1, 0)), acc, is_async=True)
                 _ws_pass(turn, wg, PINGPONG)
                 s = warpgroup_mma_wait(0 if PV_HALVES else 1, deps=[s])  # S_j done; the PV of block j-1 may run
                 if it < n_masked:
