@@ -269,7 +269,11 @@ recorded[["backend", "varlen", "result", "replay_equals_eager", "eager_lengths"]
 #   (a rel. L2 of about 0.026, 2^-5.3: e4m3 rounds by at most 1/17 of a value, a third of that on
 #   average). Storing a value as ±448 is not clipping it: with amax/448, each tensor's largest
 #   value lands there exactly (`clipped %` counts the values beyond 448 before the cast).
-# * FA3's FP8 path adds Q's and P's quantization on top of the storage error.
+# * FA3's FP8 path adds Q's and P's quantization on top of the storage error. Over long contexts it
+#   adds one more: Hopper's FP8 MMA keeps about 13 bits of O's running sum, so upstream FA3
+#   (fa3-fwd) reaches a rel. L2 of 0.44 at 64k keys on V + 1 inputs, where vLLM's FA3, which adds
+#   each key block to O in fp32, stays at 0.0024; `fp8lab.attention(..., pv_flush=True)` does the
+#   same with our kernels (notebook 05 (e), notebook 08 (o)).
 # * Stride-0 descales are exactly as good as materialized ones.
 # * A decode step replayed from a CUDA graph reads nothing back: its kernels are sized by
 #   `max_seqlen_q/k` at capture, and read the lengths from `cu_seqlens` on the device at each replay.
