@@ -460,6 +460,8 @@ class AttentionConfig:
     as vLLM's FA3 library does, instead of letting O accumulate in the FP8 MMA across all key
     blocks, as upstream FA3 (the default) does. Hopper's FP8 MMA keeps about 13 bits of its
     accumulator, so without the flush the error grows with the context (v27; notebook 05 (e)).
+    The block's product needs a second fp32 tile beside O: take a tile of 64 query rows per
+    warpgroup (`gpu_config(..., pv_flush=True)`, v28; `explain.flush_registers` counts them).
     The interpreter's products are exact either way: same bits on the CPU.
     """
 
