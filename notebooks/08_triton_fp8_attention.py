@@ -669,9 +669,9 @@ pv_speed.round(0)
 # the compile spills about 500 bytes per thread. Tiles with 64 rows per warpgroup halve every count.
 
 # %%
-C = A.AttentionConfig
+gpu128 = A.gpu_config(128, False)  # the GPU default at head dim 128 (m128n128w4s3), on any host
 flush_tiles = pd.DataFrame([explain.flush_registers(c, 128) for c in (
-    C(128, 128, 4, 3), C(128, 128, 4, 3, pv_flush=True), *A.PV_FLUSH_CANDIDATES[128])]).set_index("config")
+    gpu128, replace(gpu128, pv_flush=True), *A.PV_FLUSH_CANDIDATES[128])]).set_index("config")
 record("flush_registers_total", flush_tiles["total"].to_dict())
 flush_tiles
 
@@ -842,7 +842,7 @@ kept = flush_speed.loc["2x8192x32x128", flush_label] / flush_speed.loc["2x8192x3
 assert answer_9[0] in A.AttentionConfig.__dataclass_fields__ and getattr(
     replace(A.default_config(128, False), **{answer_9[0]: True}), "pv_flush"), "the switch of section (n)"
 assert abs(answer_9[1] - kept) < 0.01, f"read it from flush_speed, column {flush_label!r}: {kept:.3f}"
-regs10 = explain.flush_registers(C(128, 64, 8, 4, pv_flush=True), 256)
+regs10 = explain.flush_registers(replace(A.gpu_config(256, False), pv_flush=True), 256)
 assert answer_10 == regs10["o"] + regs10["pv_tile"] > regs10["budget"], "O's and the P V tile's values, per thread"
 print(f"9: {answer_9[0]}, {answer_9[1]:.2f} of the speed   10: {answer_10} values for 255 registers")
 print(f"1: {answer_1:.3f}x   2: block_n {answer_2}   3: {answer_3:.0f}   4: key {answer_4}   5: column {answer_5}   "
