@@ -13,6 +13,8 @@ Q is quantized with a static per-tensor q_scale (`scaled_fp8_quant`).
 
 from __future__ import annotations
 
+import numbers
+
 from dataclasses import dataclass
 
 import torch
@@ -55,6 +57,8 @@ def kv_bytes_per_token(num_layers: int, heads_kv: int, head_dim: int, dtype: tor
 
 
 def _check_scale(name: str, scale: float | torch.Tensor) -> torch.Tensor:
+    if isinstance(scale, bool) or not isinstance(scale, (torch.Tensor, numbers.Real)):
+        raise TypeError(f"{name}: expected a number or a one-element tensor, got {type(scale).__name__} {scale!r}")
     s = torch.as_tensor(scale, dtype=torch.float32)
     if s.numel() != 1:
         raise ValueError(f"{name}: expected one per-tensor scale, got shape {tuple(s.shape)}")
@@ -83,6 +87,9 @@ def vllm_dynamic_scales(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tu
     """
     out = []
     for name, x, div in (("q", q, 200.0), ("k", k, 200.0), ("v", v, 100.0)):
+        if not isinstance(x, torch.Tensor) or not x.numel():
+            got = f"shape {tuple(x.shape)}" if isinstance(x, torch.Tensor) else type(x).__name__
+            raise ValueError(f"vllm_dynamic_scales: {name}: expected a non-empty tensor to take its amax, got {got}")
         amax = x.detach().abs().max().float()
         if not torch.isfinite(amax):
             raise ValueError(f"vllm_dynamic_scales: {name} holds NaN or inf")
@@ -202,17 +209,24 @@ class PagedKVCache:
         per sequence. Returns k, v (total_k, heads_kv, head_dim) in the cache's
         dtype and cu_seqlens_k int32 (num_seqs + 1,).
         """
-        if block_table.dim() != 2 or block_table.shape[0] != len(seq_lens):
-            raise ValueError(
-                f"block_table: expected ({len(seq_lens)}, max_blocks) for {len(seq_lens)} sequences, got {tuple(block_table.shape)}"
-            )
-        bs = self.block_size
+        if not isinstance(block_table, torch.Tensor) or block_table.dtype.is_floating_point or block_table.dim() != 2 \
+                or block_table.shape[0] != len(seq_lens):
+            got = (f"{block_table.dtype} {tuple(block_table.shape)}" if isinstance(block_table, torch.Tensor)
+                   else type(block_table).__name__)
+            raise ValueError(f"block_table: expected an int tensor ({len(seq_lens)}, max_blocks) for {len(seq_lens)} "
+                             f"sequences, got {got}")
+        bs, num_blocks = self.block_size, self.key_cache.shape[0]
         ks, vs = [], []
-        for row, n in zip(block_table, seq_lens):
+        for i, (row, n) in enumerate(zip(block_table, seq_lens)):
             need = -(-n // bs)
             if need > row.numel():
-                raise ValueError(f"a sequence of {n} tokens needs {need} blocks, its block table row has {row.numel()}")
+                raise ValueError(f"sequence {i}: {n} tokens need {need} pages, its block table row has {row.numel()}")
             pages = row[:need].long()
+            bad = ((pages < 0) | (pages >= num_blocks)).nonzero()
+            if bad.numel():  # -1 marks no page (random_pages); negative indices would read another sequence's
+                j = int(bad[0, 0])
+                raise ValueError(f"sequence {i}: {n} tokens need {need} pages, but block_table[{i}, {j}] = "
+                                 f"{int(pages[j])} is not a page of the cache's {num_blocks}")
             ks.append(self.key_cache[pages].flatten(0, 1)[:n])
             vs.append(self.value_cache[pages].flatten(0, 1)[:n])
         cu = torch.tensor([0, *torch.tensor(seq_lens).cumsum(0).tolist()], dtype=torch.int32, device=self.key_cache.device)
@@ -245,8 +259,8 @@ def paged_decode(
                     `q_scale`, all three descales `expand()`ed, the FA3 emulation
                     (`fp8lab.reference.attention_fa3_fp8`); bf16 out.
       "dequantized" FlashInfer's approach: K/V upcast with their scales, Q kept
-                    in 16-bit, exact float64 math; isolates the storage error.
-    Returns (num_seqs, heads_q, head_dim).
+                    as given, exact float64 math; isolates the storage error.
+    Returns (num_seqs, heads_q, head_dim): bf16 ("fa3_fp8") or float64 ("dequantized").
     """
     if math not in DECODE_MATH:
         raise ValueError(f"math: expected one of {DECODE_MATH}, got {math!r}")
@@ -257,8 +271,9 @@ def paged_decode(
     cu_q = torch.arange(n + 1, dtype=torch.int32, device=q.device)
     varlen = dict(cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, max_seqlen_q=1, max_seqlen_k=max(seq_lens), causal=True,
                   softmax_scale=softmax_scale)
-    if math == "dequantized":
-        return attention_exact(q, k.double() * cache.k_scale.double(), v.double() * cache.v_scale.double(), **varlen)
+    if math == "dequantized":  # float64 throughout, q too (attention_exact takes one dtype)
+        return attention_exact(q.double(), k.double() * cache.k_scale.double(), v.double() * cache.v_scale.double(),
+                               **varlen)
     if not cache.fp8:
         raise ValueError(f"math='fa3_fp8' needs an FP8 cache, got kv_cache_dtype={cache.kv_cache_dtype!r}")
     if q_scale is None:

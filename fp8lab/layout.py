@@ -10,6 +10,7 @@ Descales are float32 (batch, heads_kv), any strides (stride 0 from expand() incl
 from __future__ import annotations
 
 import math
+import numbers
 import operator
 from dataclasses import dataclass
 from typing import Iterator
@@ -20,7 +21,10 @@ __all__ = [
     "AttentionShape",
     "FP8_ATTENTION_DTYPES",
     "check_attention_inputs",
+    "check_cu_seqlens",
     "check_descale",
+    "check_flag",
+    "check_max_offset",
     "check_softmax_scale",
     "sequences",
 ]
@@ -116,10 +120,15 @@ def _check_cu_seqlens_tensor(name: str, cu: torch.Tensor, device: torch.device) 
         raise ValueError(f"{name}: expected an int32 tensor of shape (batch + 1,) with batch >= 1, got {got}")
     if cu.device != device:
         raise ValueError(f"{name}: expected it on {device} like q, got {cu.device}")
+    if cu.stride(0) != 1:  # the kernels read entry i at cu + i, as FA3's do (it checks the same)
+        raise ValueError(f"{name}: expected a contiguous tensor (stride 1), got stride {cu.stride(0)}; "
+                         "pass cu_seqlens.contiguous()")
     return cu.numel() - 1
 
 
-def _check_cu_seqlens(name: str, cu: torch.Tensor, total: int, device: torch.device) -> tuple[int, ...]:
+def check_cu_seqlens(name: str, cu: torch.Tensor, total: int, device: torch.device) -> tuple[int, ...]:
+    """Check a varlen call's cu_seqlens: a contiguous int32 (batch + 1,) tensor on `device`, from 0,
+    non-decreasing, ending at the `total` tokens; returns the sequence lengths (a device sync)."""
     _check_cu_seqlens_tensor(name, cu, device)
     values = cu.tolist()
     if values[0] != 0:
@@ -209,8 +218,8 @@ def check_attention_inputs(
             bound_q, bound_k = max_seqlen_q, max_seqlen_k
             lens_q = lens_k = None
         else:
-            lens_q = _check_cu_seqlens("cu_seqlens_q", cu_seqlens_q, q.shape[0], q.device)
-            lens_k = _check_cu_seqlens("cu_seqlens_k", cu_seqlens_k, k.shape[0], q.device)
+            lens_q = check_cu_seqlens("cu_seqlens_q", cu_seqlens_q, q.shape[0], q.device)
+            lens_k = check_cu_seqlens("cu_seqlens_k", cu_seqlens_k, k.shape[0], q.device)
             batch_q, batch_k = len(lens_q), len(lens_k)
         if batch_q != batch_k:
             raise ValueError(
@@ -263,14 +272,32 @@ def check_attention_inputs(
     return AttentionShape(batch, heads_q, heads_kv, head_dim, head_dim_v, lens_q, lens_k, varlen, fp8, bound_q, bound_k)
 
 
+def check_flag(name: str, flag: object) -> bool:
+    """A switch such as `causal`: a bool (a string such as "False" would be truthy), else TypeError."""
+    if not isinstance(flag, bool):
+        raise TypeError(f"{name}: expected a bool, got {type(flag).__name__} {flag!r}")
+    return flag
+
+
+def check_max_offset(max_offset: float) -> float:
+    """FA3's max offset as a float: a number in [0, 8], so that P = exp2(s - (max - offset)) <= 2^8 < 448."""
+    if (isinstance(max_offset, bool) or not isinstance(max_offset, numbers.Real) or not math.isfinite(max_offset)
+            or not 0.0 <= max_offset <= 8.0):
+        raise ValueError(f"max_offset: expected a number in [0, 8] (P must stay below 448), got {max_offset!r}")
+    return float(max_offset)
+
+
 def check_softmax_scale(softmax_scale: float | torch.Tensor | None, head_dim: int) -> float:
-    """`softmax_scale` as a float, or `head_dim ** -0.5` for None; must be a finite real number."""
+    """`softmax_scale` as a float, or `head_dim ** -0.5` for None; must be a real number > 0 (float32's range)."""
     if softmax_scale is None:
         return head_dim ** -0.5
     if isinstance(softmax_scale, torch.Tensor) and softmax_scale.numel() == 1:
         softmax_scale = softmax_scale.item()
-    if isinstance(softmax_scale, bool) or not isinstance(softmax_scale, (int, float)) or not math.isfinite(softmax_scale):
+    if isinstance(softmax_scale, bool) or not isinstance(softmax_scale, numbers.Real) or not math.isfinite(softmax_scale):
         raise ValueError(f"softmax_scale: expected a finite number or None, got {softmax_scale!r}")
+    if not 0 < softmax_scale <= torch.finfo(torch.float32).max or torch.tensor(float(softmax_scale)).item() == 0:
+        # FA3's online softmax subtracts the row max of the scaled scores: only a positive scale keeps it the max
+        raise ValueError(f"softmax_scale: expected a number > 0 that float32 holds, got {softmax_scale!r}")
     return float(softmax_scale)
 
 

@@ -105,6 +105,19 @@ def test_auto_with_lse_on_cpu_falls_to_the_reference():
     assert lse.shape == (1, 2, 16)
 
 
+def test_choose_backend_takes_attentions_arguments():
+    """`choose_backend(**kwargs)` with the kwargs of an `attention` call: the same decision, and the
+    same checks; an argument neither takes is named."""
+    q = randn(1, 16, 2, 64, dtype=torch.bfloat16)
+    assert api.choose_backend(q, q, q, causal=True, softmax_scale=0.1) == api.choose_backend(q, q, q)
+    with pytest.raises(TypeError, match="causal: expected a bool"):
+        api.choose_backend(q, q, q, causal="yes")
+    with pytest.raises(ValueError, match="softmax_scale: expected a number > 0"):
+        api.choose_backend(q, q, q, softmax_scale=-1.0)
+    with pytest.raises(TypeError, match=r"choose_backend: unexpected argument \(\{'window'\}\)"):
+        api.choose_backend(q, q, q, window=4)
+
+
 # ----------------------------------------------------------------------------- prepare_attention
 
 @pytest.mark.parametrize("varlen", [False, True])

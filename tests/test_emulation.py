@@ -194,6 +194,11 @@ def test_fa3_block_n_follows_tile_size_h():
     [
         (dict(block_n=0), ValueError, "block_n"),
         (dict(max_offset=-1.0), ValueError, "max_offset"),
+        (dict(max_offset=20), ValueError, r"max_offset: expected a number in \[0, 8\]"),  # P would pass 448
+        (dict(return_lse="no"), TypeError, "return_lse: expected a bool"),
+        (dict(reverse_blocks=1), TypeError, "reverse_blocks: expected a bool"),
+        (dict(rowsum_of_fp8_p="yes"), TypeError, "rowsum_of_fp8_p: expected a bool"),
+        (dict(softmax_scale=0.0), ValueError, "softmax_scale: expected a number > 0"),
         (dict(steps="exact"), TypeError, "FA3Steps"),
         (dict(accumulator=13), TypeError, "AccumulatorModel"),
         (dict(q_descale=torch.ones(3, 2)), ValueError, r"q_descale: expected shape \(batch, heads_kv\)"),
@@ -204,6 +209,12 @@ def test_bad_arguments(kwargs, exc, match):
     q, k, v = (cast_to_fp8(x) for x in _qkv(sq=8, sk=8, seed=15))
     with pytest.raises(exc, match=match):
         attention_fa3_fp8(q, k, v, **kwargs)
+
+
+def test_an_empty_batch_gives_empty_outputs():
+    q, k, v = (cast_to_fp8(x)[:0] for x in _qkv(sq=8, sk=8, seed=16))
+    assert attention_fa3_fp8(q, k, v).shape == q.shape
+    assert attention_exact(q, k, v).shape == q.shape
 
 
 def test_bad_step_names_and_models():

@@ -278,6 +278,43 @@ def test_bad_options_are_rejected():
             fp8_attention(q, k, v, config=A.AttentionConfig(64, 16))
 
 
+def test_switches_configs_and_cu_seqlens_are_checked_as_given():
+    """A string flag is truthy, a dict has no block_m, a strided cu_seqlens is read as if contiguous:
+    each would run and be wrong or crash inside. Each is a named error instead."""
+    gen = torch.Generator().manual_seed(26)
+    q, k, v = fp8(gen, 1, 8, 2, 32), fp8(gen, 1, 8, 2, 32), fp8(gen, 1, 8, 2, 32)
+    for name in ("causal", "return_lse", "pv_flush"):
+        with pytest.raises(TypeError, match=f"{name}: expected a bool, got str"):
+            fp8_attention(q, k, v, **{name: "False"})
+    with pytest.raises(TypeError, match="config: expected an AttentionConfig"):
+        fp8_attention(q, k, v, config={"block_m": 16})
+    with pytest.raises(ValueError, match="max_offset: expected a number"):
+        fp8_attention(q, k, v, max_offset="8")
+    with pytest.raises(ValueError, match="num_warps"):
+        fp8_attention(q, k, v, config=A.AttentionConfig(16, 16, num_warps=3))
+    for bad in (0, -5, 4096, 80.5, True):
+        with pytest.raises(ValueError, match="head_dim: expected an int multiple of 16"):
+            A.gpu_config(bad)
+    cu = torch.tensor([[0, 0], [3, 5], [8, 8]], dtype=torch.int32, device=DEV)  # columns: stride 2
+    qv, kv = fp8(gen, 8, 2, 32), fp8(gen, 8, 2, 32)
+    with pytest.raises(ValueError, match="cu_seqlens_q: expected a contiguous tensor"):
+        fp8_attention(qv, kv, kv, cu_seqlens_q=cu[:, 0], cu_seqlens_k=cu[:, 1])
+    out = fp8_attention(qv, kv, kv, cu_seqlens_q=cu[:, 0].contiguous(), cu_seqlens_k=cu[:, 1].contiguous())
+    assert out.shape == qv.shape
+
+
+@pytest.mark.skipif(DEV == "cuda", reason="the interpreter's decoding of e4m3fn NaN codes")
+def test_nan_codes_are_refused_under_the_interpreter():
+    """Triton 3.9's interpreter reads e4m3fn's NaN (0x7F) as 480, so a NaN input would give a finite,
+    wrong output where a GPU gives NaN: the kernel refuses such inputs there."""
+    gen = torch.Generator().manual_seed(27)
+    q, k, v = fp8(gen, 1, 8, 2, 32), fp8(gen, 1, 8, 2, 32), fp8(gen, 1, 8, 2, 32)
+    v.view(torch.uint8)[0, 3, 1, 5] = 0xFF
+    with pytest.raises(ValueError, match="v: holds 1 NaN code"):
+        fp8_attention(q, k, v)
+    assert torch.isnan(attention_fa3_fp8(q, k, v)).any()  # the reference keeps the NaN
+
+
 def test_explain_helpers():
     from pathlib import Path
 

@@ -48,6 +48,13 @@ def test_bad_input_is_named_before_launch():
         W.fp8_attention_ws(q[0], k[0], v[0])
     with pytest.raises(RuntimeError, match="sm_90"):
         W.fp8_attention_ws(q, k, pretranspose_v(v))
+    # switches and options before anything else, on any machine
+    with pytest.raises(TypeError, match="causal: expected a bool, got str"):
+        W.fp8_attention_ws(q, k, pretranspose_v(v), causal="False")
+    with pytest.raises(ValueError, match="max_offset: expected a number in"):
+        W.fp8_attention_ws(q, k, pretranspose_v(v), max_offset=9.0)
+    with pytest.raises(TypeError, match="config: expected a WsConfig"):
+        W.fp8_attention_ws(q, k, pretranspose_v(v), config={"block_n": 64})
 
 
 COMPILE = """

@@ -263,6 +263,16 @@ def test_static_matches_vllm_formula_and_saturates():
         (lambda x: quantize_fp8_static(x, 0.0), ValueError, "scale"),
         (lambda x: quantize_fp8_static(x, float("nan")), ValueError, "scale"),
         (lambda x: quantize_fp8_static(x, torch.ones(2, device=DEV)), ValueError, "one-element"),
+        # a Python scale that float32 flushes to 0 or overflows: a descale of 0 would divide by zero
+        (lambda x: quantize_fp8_static(x, 1e-50), ValueError, "float32's normal range"),
+        (lambda x: quantize_fp8_static(x, 1e39), ValueError, "float32's normal range"),
+        (lambda x: quantize_fp8(x, "head", heads_kv=2.5), ValueError, "heads_kv: expected a positive int"),
+        (lambda x: quantize_fp8(x, "head", heads_kv=True), ValueError, "heads_kv: expected a positive int"),
+        (lambda x: quantize_fp8(x.tolist(), "head"), TypeError, "x: expected a torch.Tensor"),
+        (lambda x: quantize_fp8(x.to("meta"), "head"), ValueError, "expected a CUDA tensor"),
+        # cu_seqlens[:, 0] of a (batch + 1, 2) tensor: stride 2, which the kernels would misread
+        (lambda x: quantize_fp8(x[0], "head", cu_seqlens=torch.tensor([[0, 0], [4, 4]], dtype=torch.int32,
+                                                                      device=DEV)[:, 0]), ValueError, "contiguous"),
     ],
 )
 def test_bad_inputs(call, exc, match):

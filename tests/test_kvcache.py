@@ -116,8 +116,19 @@ def test_bad_writes_and_reads():
         cache.write(x, x, torch.tensor([0, 1, 2], dtype=torch.int32))
     with pytest.raises(ValueError, match=r"expected \(num_tokens, 2, 8\)"):
         cache.write(x[:, :1], x[:, :1], torch.tensor([0, 1, 2]))
-    with pytest.raises(ValueError, match="needs 2 blocks"):
+    with pytest.raises(ValueError, match="sequence 0: 5 tokens need 2 pages, its block table row has 1"):
         cache.gather(torch.tensor([[0]]), [5])
+    # -1 marks "no page" (random_pages): as an index it would read the cache's last page, another sequence's
+    with pytest.raises(ValueError, match=r"block_table\[1, 1\] = -1 is not a page of the cache's 2"):
+        cache.gather(torch.tensor([[0, -1], [1, -1]]), [3, 6])
+    with pytest.raises(ValueError, match=r"block_table\[0, 0\] = 9 is not a page"):
+        cache.gather(torch.tensor([[9]]), [3])
+    with pytest.raises(ValueError, match="block_table: expected an int tensor"):
+        cache.gather(torch.tensor([[0.0]]), [3])
+    with pytest.raises(TypeError, match="k_scale: expected a number"):
+        PagedKVCache.allocate(2, 4, 1, 8, k_scale="1.0")
+    with pytest.raises(ValueError, match="non-empty tensor"):
+        vllm_dynamic_scales(torch.ones(0, 2), torch.ones(1, 2), torch.ones(1, 2))
 
 
 def test_paged_decode_matches_the_references_on_contiguous_data():
@@ -139,6 +150,9 @@ def test_paged_decode_matches_the_references_on_contiguous_data():
 
     got = paged_decode(q, cache, table, lens, math="dequantized")
     f32 = torch.float32
+    got32 = paged_decode(q.float(), cache, table, lens, math="dequantized")  # float64 math on any q
+    assert got32.dtype == torch.float64 and torch.equal(got32, paged_decode(q.float().double(), cache, table, lens,
+                                                                             math="dequantized"))
     want = attention_exact(q, k8.double() * torch.tensor(ks, dtype=f32).double(), v8.double() * torch.tensor(vs, dtype=f32).double(), **args)
     assert torch.equal(got, want)
 

@@ -1,5 +1,6 @@
 """fp8lab.layout: every bad input gets a clear error before any kernel runs."""
 
+import numpy as np
 import pytest
 import torch
 
@@ -137,6 +138,21 @@ def test_softmax_scale():
     for bad in (float("nan"), float("inf"), True, "0.1", torch.ones(2)):
         with pytest.raises(ValueError, match="softmax_scale: expected a finite number"):
             check_softmax_scale(bad, 64)
+    # FA3 subtracts the row max of the scaled scores: a scale <= 0 (or one float32 rounds to 0) breaks it
+    for bad in (0.0, -0.125, 1e-50, 1e39):
+        with pytest.raises(ValueError, match="softmax_scale: expected a number > 0"):
+            check_softmax_scale(bad, 64)
+    assert check_softmax_scale(np.float32(0.25), 64) == 0.25  # a NumPy number is a number
+
+
+def test_cu_seqlens_must_be_contiguous():
+    """The kernels read cu_seqlens[i] at cu + i, as FA3's do: a strided view would be misread."""
+    q = torch.randn(7, 4, 64)
+    both = torch.tensor([[0, 0], [3, 5], [7, 7]], dtype=torch.int32)
+    with pytest.raises(ValueError, match="cu_seqlens_q: expected a contiguous tensor"):
+        check_attention_inputs(q, q, q, cu_seqlens_q=both[:, 0], cu_seqlens_k=both[:, 1].contiguous())
+    shape = check_attention_inputs(q, q, q, cu_seqlens_q=both[:, 0].contiguous(), cu_seqlens_k=both[:, 1].contiguous())
+    assert shape.seqlens_q == (3, 4) and shape.seqlens_k == (5, 2)
 
 
 def test_varlen_under_capture_takes_the_bounds_and_reads_nothing_back(monkeypatch):
@@ -164,8 +180,6 @@ def test_varlen_under_capture_takes_the_bounds_and_reads_nothing_back(monkeypatc
 
 
 def test_varlen_max_seqlen_must_be_an_integer_bound():
-    import numpy as np
-
     cu = torch.tensor([0, 3, 7], dtype=torch.int32)
     q = torch.randn(7, 4, 64)
     check_attention_inputs(q, q, q, cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=np.int64(4), max_seqlen_k=9)

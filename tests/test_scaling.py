@@ -394,6 +394,34 @@ def test_nonfinite_input_raises_naming_the_tensor(bad):
         quantize_for_fa3(x, ScaleStrategy(), 2, name="q")
 
 
+def test_dtypes_and_counts_are_named_before_any_arithmetic():
+    """Raw FP8 bits in uint8 would be multiplied as 0..255, an FP8 x re-quantized, a count of 0 or 2.5
+    would divide or reshape wrongly: each is a named error."""
+    x = randn(1, 4, 4, 16)
+    x8, d = quantize(x, ScaleStrategy(PerHead()))
+    with pytest.raises(TypeError, match=r"x_fp8: expected an FP8 tensor .* got uint8; .*view\(torch.float8_e4m3fn\)"):
+        dequantize(x8.view(torch.uint8), d, PerHead())
+    assert torch.equal(dequantize(x8.view(torch.uint8).view(torch.float8_e4m3fn), d, PerHead()), dequantize(x8, d, PerHead()))
+    with pytest.raises(TypeError, match=r"x: expected a float tensor .* got float8_e4m3fn \(already FP8\)"):
+        quantize(x8, ScaleStrategy(PerHead()))
+    with pytest.raises(TypeError, match="got int32"):
+        quantize(x.int(), ScaleStrategy())
+    for bad in (0, -2, 2.5, True):
+        with pytest.raises(ValueError, match="PerHead: heads_kv must be a positive int"):
+            PerHead(bad)
+    for bad in (0, 2.0, True):
+        with pytest.raises(ValueError, match="heads_kv: expected an int >= 1"):
+            quantize_for_fa3(x, ScaleStrategy(PerHead()), bad)
+        with pytest.raises(ValueError, match="heads_kv: expected an int >= 1"):
+            group_max(torch.ones(1, 4), bad)
+    with pytest.raises(ValueError, match="batch: expected an int >= 0"):
+        descale_from_scalar(1.0, -1, 2)
+    with pytest.raises(TypeError, match="expected a number or a one-element tensor, got str"):
+        descale_from_scalar("1", 1, 2)
+    with pytest.raises(ValueError, match="no tokens"):
+        descale_from_tokens(torch.ones(1, 0, 2), 2)
+
+
 def test_bad_descales_raise():
     x8 = formats.cast_to_fp8(randn(2, 8, 4, 16))
     good = random_descales(2, 2)

@@ -21,7 +21,7 @@ import torch
 
 from fp8lab.backends import gating, providers
 from fp8lab.backends.gating import Decision, Device, Request
-from fp8lab.layout import AttentionShape, check_attention_inputs, check_softmax_scale
+from fp8lab.layout import AttentionShape, check_attention_inputs, check_flag, check_softmax_scale
 
 __all__ = [
     "BackendError", "PreparedAttention", "attention", "choose_backend", "device_of", "dequantize_inputs",
@@ -75,20 +75,36 @@ def _decide(q: torch.Tensor, shape: AttentionShape, backend: str, return_lse: bo
                          unavailable_reasons=why_not)
 
 
+_LAYOUT_ARGS = ("q_descale", "k_descale", "v_descale", "cu_seqlens_q", "cu_seqlens_k", "max_seqlen_q", "max_seqlen_k")
+
+
 def choose_backend(
     q: torch.Tensor,
     k: torch.Tensor,
     v: torch.Tensor,
     *,
+    causal: bool = False,
+    softmax_scale: float | None = None,
     backend: str = "auto",
     return_lse: bool = False,
     fp8_fallback: str = "error",
     pv_flush: bool = False,
     **layout_kwargs: object,
 ) -> Decision:
-    """The `Decision` `attention` would take for these inputs (nothing runs). `layout_kwargs`: descales, cu_seqlens."""
-    shape = check_attention_inputs(q, k, v, **layout_kwargs)  # type: ignore[arg-type]
-    return _decide(q, shape, backend, return_lse, fp8_fallback, _check_flag("pv_flush", pv_flush))
+    """The `Decision` `attention` would take for these inputs (nothing runs). `layout_kwargs`: descales,
+    cu_seqlens, max_seqlen. `causal` and `softmax_scale` are checked as `attention` checks them, so its
+    arguments can be passed unchanged; no provider's choice depends on them."""
+    try:
+        shape = check_attention_inputs(q, k, v, **layout_kwargs)  # type: ignore[arg-type]
+    except TypeError as e:
+        if "unexpected keyword" not in str(e):
+            raise
+        raise TypeError(f"choose_backend: unexpected argument ({set(layout_kwargs) - set(_LAYOUT_ARGS)}); it takes "
+                        f"attention's arguments: q, k, v, {', '.join(_LAYOUT_ARGS)}, causal, softmax_scale, "
+                        "backend, return_lse, fp8_fallback, pv_flush") from None
+    check_flag("causal", causal)
+    check_softmax_scale(softmax_scale, shape.head_dim)
+    return _decide(q, shape, backend, return_lse, fp8_fallback, check_flag("pv_flush", pv_flush))
 
 
 def dequantize_inputs(
@@ -240,7 +256,7 @@ def prepare_attention(
         cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
     )
     for name, flag in (("causal", causal), ("return_lse", return_lse), ("pv_flush", pv_flush)):
-        _check_flag(name, flag)
+        check_flag(name, flag)
     scale = check_softmax_scale(softmax_scale, shape.head_dim)
     decision = _decide(q, shape, backend, return_lse, fp8_fallback, pv_flush)
     if not decision.ok:
@@ -253,8 +269,3 @@ def prepare_attention(
                                    pv_flush=pv_flush and shape.fp8 and not decision.dequantize)
     return PreparedAttention(decision, call)
 
-
-def _check_flag(name: str, flag: object) -> bool:
-    if not isinstance(flag, bool):
-        raise TypeError(f"{name}: expected a bool, got {type(flag).__name__}")
-    return flag

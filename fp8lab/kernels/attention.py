@@ -52,7 +52,8 @@ grows with the context (rel. L2 0.024 / 0.19 / 0.44 at 2k / 16k / 64k keys on V 
 inputs, equal to FA3's and to the emulation's accumulator model, v27).
 ``fp8_attention(..., pv_flush=True)`` takes each block's P V in a fresh accumulator and adds
 it to O in fp32, as vLLM's FA3 library does: 0.0025-0.0033 at every length. The second fp32
-tile needs tiles of 64 query rows per warpgroup (`gpu_config(..., pv_flush=True)`); in them it
+tile needs registers: from head dim 128 it fits only in tiles of 64 query rows per warpgroup
+(`gpu_config(..., pv_flush=True)`; at 64 the causal default's 128 rows still fit); in them it
 costs at most 6 % at head dims 64 and 128, and about half the speed at 256, where O alone takes
 128 registers per thread (v28). Under the interpreter both equal fp32 accumulation.
 
@@ -86,7 +87,7 @@ equals the emulation bit for bit.
 
 from __future__ import annotations
 
-import math
+import numbers
 from dataclasses import dataclass, replace
 from typing import Literal
 
@@ -96,7 +97,8 @@ import triton.language as tl
 
 from fp8lab.env import triton_interpret
 from fp8lab.kernels.fp8_rounding import round_to_bf16, round_to_e4m3
-from fp8lab.layout import AttentionShape, check_attention_inputs, check_descale, check_softmax_scale
+from fp8lab.layout import (AttentionShape, check_attention_inputs, check_descale, check_flag, check_max_offset,
+                           check_softmax_scale)
 
 __all__ = [
     "AttentionConfig",
@@ -599,7 +601,10 @@ def gpu_config(head_dim: int, causal: bool = False, pv_flush: bool = False) -> A
     """The config `fp8_attention` uses on a GPU when none is given (on any host, for reading): the
     H200 sweep's winner for this head dim, else 128 x 128 (64 keys from d > 128); with `pv_flush`,
     the winner among `PV_FLUSH_CANDIDATES` and the defaults with the switch on (v28)."""
-    pad = triton.next_power_of_2(head_dim)
+    if isinstance(head_dim, bool) or not isinstance(head_dim, numbers.Integral) or not 16 <= head_dim <= 256 \
+            or head_dim % 16:
+        raise ValueError(f"head_dim: expected an int multiple of 16 in [16, 256] (the kernel's), got {head_dim!r}")
+    pad = triton.next_power_of_2(int(head_dim))
     table = _PV_FLUSH_DEFAULTS if pv_flush else _MEASURED_DEFAULTS
     if (pad, causal) in table:
         return table[(pad, causal)]
@@ -738,11 +743,17 @@ def fp8_attention(
     always; on a GPU not (reading values back is a device sync, measured at 0.3-0.6 ms per call;
     FA3 does not check either), True checks there too.
     """
+    for name, flag in (("causal", causal), ("return_lse", return_lse), ("pv_flush", pv_flush)):
+        check_flag(name, flag)
+    if config is not None and not isinstance(config, AttentionConfig):
+        raise TypeError(f"config: expected an AttentionConfig (see default_config) or None, got {type(config).__name__}")
     v_transposed = _check_v_layout(v, v_layout)
     v_for_check = v if v.stride(-1) == 1 else torch.empty(v.shape[-1], dtype=v.dtype, device=v.device).expand(v.shape)
     shape = _check_inputs(q, k, v_for_check, (q_descale, k_descale, v_descale),
                           cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, check_descales)
     _check_kernel_support(q, shape)
+    if triton_interpret():
+        _check_no_nan_codes(q=q, k=k, v=v)
     d = shape.head_dim
     d_pad = triton.next_power_of_2(d)
     if config is not None and pv_flush and not config.pv_flush:
@@ -751,10 +762,7 @@ def fp8_attention(
     cfg = config or default_config(d, causal, pv_flush)
     _check_config(cfg, d_pad, q.device)
     scale = check_softmax_scale(softmax_scale, d)
-    if scale <= 0:
-        raise ValueError(f"softmax_scale: this kernel expects a number > 0, got {softmax_scale}")
-    if not math.isfinite(max_offset) or not 0.0 <= max_offset <= 8.0:
-        raise ValueError(f"max_offset: expected 0 <= max_offset <= 8 (P must stay below 448), got {max_offset}")
+    check_max_offset(max_offset)
     round_p = triton_interpret() if round_p_in_fp32 is None else bool(round_p_in_fp32)
 
     dev = q.device
@@ -847,6 +855,9 @@ def _check_config(cfg: AttentionConfig, d_pad: int, device: torch.device) -> Non
         val = getattr(cfg, name)
         if val < 16 or val & (val - 1):
             raise ValueError(f"config.{name}: expected a power of two >= 16, got {val}")
+    if cfg.num_warps not in (1, 2, 4, 8, 16) or cfg.num_stages < 1:
+        raise ValueError(f"config: expected num_warps a power of two up to 16 and num_stages >= 1, got "
+                         f"num_warps={cfg.num_warps}, num_stages={cfg.num_stages}")
     if cfg.permute_keys and (cfg.use_tma or cfg.block_n % 32):
         raise ValueError("config.permute_keys: expected pointer loads (use_tma=False) and block_n a multiple "
                          f"of 32, got use_tma={cfg.use_tma}, block_n={cfg.block_n}")
@@ -857,6 +868,16 @@ def _check_config(cfg: AttentionConfig, d_pad: int, device: torch.device) -> Non
             raise ValueError(f"head_dim: FP8 tensor-core MMAs need head_dim >= 32 on a GPU, got {d_pad}")
 
 
+def _check_no_nan_codes(**tensors: torch.Tensor) -> None:
+    """Under TRITON_INTERPRET=1: refuse e4m3fn NaN codes (0x7F, 0xFF), which the interpreter reads
+    as +-480 (Triton 3.9) where a GPU reads NaN, so the output would be finite and wrong."""
+    for name, t in tensors.items():
+        n = int(((t.view(torch.uint8) & 0x7F) == 0x7F).sum()) if t.numel() else 0
+        if n:
+            raise ValueError(f"{name}: holds {n} NaN code(s); Triton's interpreter reads them as +-480 (a GPU reads "
+                             "NaN), so it cannot run this input: run it on a GPU, or use fp8lab.reference")
+
+
 def _check_kernel_support(q: torch.Tensor, shape: AttentionShape) -> None:
     if not shape.fp8:
         raise TypeError(f"fp8_attention: expected float8_e4m3fn q/k/v, got {str(q.dtype).replace('torch.', '')}")
@@ -864,7 +885,7 @@ def _check_kernel_support(q: torch.Tensor, shape: AttentionShape) -> None:
         raise ValueError(f"fp8_attention: v's head_dim must equal q's ({shape.head_dim}), got {shape.head_dim_v}")
     if shape.head_dim % 16 != 0 or not 16 <= shape.head_dim <= 256:
         raise ValueError(f"fp8_attention: head_dim must be a multiple of 16 in [16, 256], got {shape.head_dim}")
-    if q.device.type != "cuda" and not triton_interpret():
+    if q.device.type != "cuda" and not (triton_interpret() and q.device.type == "cpu"):
         raise ValueError(f"fp8_attention: expected CUDA tensors (or TRITON_INTERPRET=1 on the CPU), got {q.device}")
 
 

@@ -75,7 +75,7 @@ import triton
 from fp8lab.kernels._gluon import HAVE_GLUON, compile_sm90, sm_count
 from fp8lab.kernels.attention import heads_per_chunk
 from fp8lab.kernels.vlayout import transpose_keys
-from fp8lab.layout import check_attention_inputs, check_descale, check_softmax_scale
+from fp8lab.layout import check_attention_inputs, check_descale, check_flag, check_max_offset, check_softmax_scale
 
 if HAVE_GLUON:
     from fp8lab.kernels._gluon import (
@@ -728,6 +728,11 @@ def fp8_attention_ws(
     """
     if not HAVE_GLUON:
         raise RuntimeError(f"fp8_attention_ws needs Gluon (triton >= 3.5); this triton is {triton.__version__}")
+    for name, flag in (("causal", causal), ("pv_flush", pv_flush)):
+        check_flag(name, flag)
+    check_max_offset(max_offset)
+    if config is not None and not isinstance(config, WsConfig):
+        raise TypeError(f"config: expected a WsConfig (see default_ws_config) or None, got {type(config).__name__}")
     keyed = isinstance(v, KeyOrderedVt)
     if config is not None and config.pack_p and not keyed:
         raise ValueError("config: pack_p=True packs P in key order and needs V^T from key_ordered_vt(v), got a tensor")

@@ -52,6 +52,8 @@ otherwise.
 from __future__ import annotations
 
 import math
+import numbers
+import operator
 from typing import Literal
 
 import torch
@@ -59,6 +61,7 @@ import triton
 import triton.language as tl
 
 from fp8lab.env import triton_interpret
+from fp8lab.layout import check_cu_seqlens
 from fp8lab.scaling import DelayedAmax, PerHead, PerTensor, ScaleStrategy
 from fp8lab.kernels._gluon import sm_count
 from fp8lab.kernels.fp8_rounding import TINY_DESCALE, round_to_e4m3
@@ -385,9 +388,11 @@ def _delayed_kernel(X, Y, DESCALE, AMAX, CU, seqlen, ntiles, nitems, per_program
 
 def _layout(x: torch.Tensor, cu_seqlens: torch.Tensor | None):
     """(batch, seqlen, heads, d) strides for batched or varlen x, and the launch sizes."""
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"x: expected a torch.Tensor, got {type(x).__name__}")
     if x.dtype not in (torch.bfloat16, torch.float16, torch.float32):
         raise TypeError(f"x: expected bfloat16, float16 or float32, got {str(x.dtype).replace('torch.', '')}")
-    if x.device.type != "cuda" and not triton_interpret():
+    if x.device.type != "cuda" and not (triton_interpret() and x.device.type == "cpu"):
         raise ValueError(f"x: expected a CUDA tensor (or TRITON_INTERPRET=1 on the CPU), got {x.device}")
     if x.numel() and x.stride(-1) != 1:
         raise ValueError(f"x: the last dim (head_dim) must be contiguous, got stride {x.stride(-1)}")
@@ -398,13 +403,8 @@ def _layout(x: torch.Tensor, cu_seqlens: torch.Tensor | None):
         return batch, seqlen, heads, d, (x.stride(0), x.stride(1), x.stride(2))
     if x.dim() != 3:
         raise ValueError(f"x: varlen expects (total_tokens, heads, head_dim), got {tuple(x.shape)}")
-    if cu_seqlens.dtype != torch.int32 or cu_seqlens.dim() != 1 or cu_seqlens.numel() < 2:
-        raise ValueError(f"cu_seqlens: expected int32 (batch + 1,), got {cu_seqlens.dtype} {tuple(cu_seqlens.shape)}")
-    cu = cu_seqlens.tolist()
-    if cu[0] != 0 or cu[-1] != x.shape[0] or any(b < a for a, b in zip(cu, cu[1:])):
-        raise ValueError(f"cu_seqlens: expected 0 = c0 <= c1 <= ... = {x.shape[0]} tokens, got {cu}")
-    seqlen = max(b - a for a, b in zip(cu, cu[1:]))
-    return len(cu) - 1, seqlen, x.shape[1], x.shape[2], (0, x.stride(0), x.stride(1))
+    lengths = check_cu_seqlens("cu_seqlens", cu_seqlens, x.shape[0], x.device)
+    return len(lengths), max(lengths), x.shape[1], x.shape[2], (0, x.stride(0), x.stride(1))
 
 
 def _head_major(x: torch.Tensor, cu_seqlens: torch.Tensor | None) -> bool:
@@ -423,9 +423,14 @@ def _empty_fp8(x: torch.Tensor, cu_seqlens: torch.Tensor | None) -> torch.Tensor
 
 
 def _heads_kv(heads: int, heads_kv: int | None) -> int:
-    hk = heads if heads_kv is None else int(heads_kv)
-    if hk < 1 or heads % hk:
-        raise ValueError(f"heads_kv: expected a divisor of the {heads} heads, got {heads_kv}")
+    if heads_kv is None:
+        return heads
+    try:
+        hk = operator.index(heads_kv)  # Python and NumPy integers, not 2.5 or True
+    except TypeError:
+        hk = None
+    if isinstance(heads_kv, bool) or hk is None or hk < 1 or heads % hk:
+        raise ValueError(f"heads_kv: expected a positive int dividing the {heads} heads, got {heads_kv!r}")
     return hk
 
 
@@ -621,8 +626,11 @@ def quantize_fp8_static(
             raise ValueError(f"scale: expected a finite value > 0, got {s.item()}")
         # a GPU tensor's value is not read back here: that would cost a device sync per call
     else:
-        if not (isinstance(scale, (int, float)) and math.isfinite(scale) and scale > 0):
-            raise ValueError(f"scale: expected a finite number > 0, got {scale!r}")
+        f32 = torch.finfo(torch.float32)
+        if (isinstance(scale, bool) or not isinstance(scale, numbers.Real) or not math.isfinite(scale)
+                or not f32.tiny <= scale <= f32.max):  # a float32 descale, normal: 1 / scale must not overflow
+            raise ValueError(f"scale: expected a number > 0 in float32's normal range [{f32.tiny:.3g}, "
+                             f"{f32.max:.3g}], got {scale!r}")
         s = torch.full((1, 1), float(scale), dtype=torch.float32, device=x.device)
     descale = s.expand(batch, hk)
     round_p = triton_interpret() if round_in_fp32 is None else bool(round_in_fp32)

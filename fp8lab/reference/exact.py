@@ -70,7 +70,7 @@ def _exact_batched(
         if hi <= lo:
             continue
         c = q1 - q0
-        rows = qg[:, :, :, q0:q1].reshape(b, hkv, g * c, -1)
+        rows = qg[:, :, :, q0:q1].reshape(b, hkv, g * c, q.shape[3])
         s = rows @ kg[:, :, lo:hi].transpose(-1, -2) * scale
         q_pos = torch.arange(q0, q1, device=q.device).repeat(g)
         mask = visible(q_pos, torch.arange(lo, hi, device=q.device), sq, sk, left, right)

@@ -30,7 +30,7 @@ from typing import Literal
 import torch
 
 from fp8lab.formats import cast_to_fp8
-from fp8lab.layout import check_softmax_scale, sequences
+from fp8lab.layout import check_flag, check_max_offset, check_softmax_scale, sequences
 from fp8lab.reference.exact import group_rows, query_chunk, shape_of, ungroup_rows
 from fp8lab.reference.masks import key_range, normalize_window, visible
 
@@ -279,7 +279,7 @@ def _fa3_batched(
     for q0 in range(0, sq, step):
         q1 = min(sq, q0 + step)
         c = q1 - q0
-        rows = qg[:, :, :, q0:q1].reshape(b, hkv, g * c, -1)
+        rows = qg[:, :, :, q0:q1].reshape(b, hkv, g * c, qu.shape[3])
         q_pos = torch.arange(q0, q1, device=dev).repeat(g)
         lo, hi = key_range(q0, q1, sq, sk, left, right)
         blocks = list(range(lo // block_n, -(-hi // block_n))) if hi > lo else []
@@ -382,8 +382,10 @@ def attention_fa3_fp8(
         block_n = fa3_block_n(shape.head_dim, shape.head_dim_v, causal=causal, local=left >= 0 or right > 0)
     if isinstance(block_n, bool) or not isinstance(block_n, int) or block_n < 1:
         raise ValueError(f"block_n: expected a positive int or None, got {block_n!r}")
-    if not isinstance(max_offset, (int, float)) or not math.isfinite(max_offset) or max_offset < 0:
-        raise ValueError(f"max_offset: expected a finite number >= 0, got {max_offset!r}")
+    check_max_offset(max_offset)
+    for name, flag in (("reverse_blocks", reverse_blocks), ("rowsum_of_fp8_p", rowsum_of_fp8_p),
+                       ("return_lse", return_lse)):
+        check_flag(name, flag)
     if not isinstance(steps, FA3Steps):
         raise TypeError(f"steps: expected an FA3Steps, got {type(steps).__name__}")
     if accumulator is not None and not isinstance(accumulator, AccumulatorModel):

@@ -17,11 +17,14 @@ group shares one scale (`PerHead(heads_kv)` computes it as the max over the grou
 
 from __future__ import annotations
 
+import itertools
+import numbers
+import operator
 from typing import Literal
 
 import torch
 
-from fp8lab.layout import check_descale
+from fp8lab.layout import check_cu_seqlens, check_descale
 from fp8lab.scaling.granularity import PerBlock, PerChannel, PerHead, PerTensor, PerToken, as_4d
 from fp8lab.scaling.strategy import ScaleStrategy, quantize, quantize_with_descale
 
@@ -44,6 +47,17 @@ def _positive_finite(name: str, t: torch.Tensor) -> None:
         raise ValueError(f"{name}: every value must be > 0, got min {t.min().item()}")
 
 
+def _count(name: str, value: object, least: int) -> int:
+    """An int argument (Python or NumPy, not bool or float) >= least, else ValueError."""
+    try:
+        n = operator.index(value)
+    except TypeError:
+        n = None
+    if isinstance(value, bool) or n is None or n < least:
+        raise ValueError(f"{name}: expected an int >= {least}, got {value!r}")
+    return n
+
+
 def descale_from_scalar(
     value: float | torch.Tensor,
     batch: int,
@@ -53,6 +67,9 @@ def descale_from_scalar(
     name: str = "descale",
 ) -> torch.Tensor:
     """A per-tensor descale as FA3 takes it: `tensor(value).expand(batch, heads_kv)`, strides (0, 0)."""
+    batch, heads_kv = _count("batch", batch, 0), _count("heads_kv", heads_kv, 1)
+    if not isinstance(value, (torch.Tensor, numbers.Real)) or isinstance(value, bool):
+        raise TypeError(f"{name}: expected a number or a one-element tensor, got {type(value).__name__}")
     t = torch.as_tensor(value, dtype=torch.float32, device=device)
     if t.numel() != 1:
         raise ValueError(f"{name}: expected one number, got shape {tuple(t.shape)}")
@@ -78,6 +95,7 @@ def descale_from_heads(
     """
     if not isinstance(values, torch.Tensor):
         raise TypeError(f"{name}: expected a tensor of per-head values, got {type(values).__name__}")
+    batch = _count("batch", batch, 0)
     if values.dim() == 1:
         full = values.to(torch.float32).expand(batch, values.shape[0])
     elif values.dim() == 2 and values.shape[0] == batch:
@@ -99,6 +117,9 @@ def descale_from_heads(
 
 def group_max(descale: torch.Tensor, heads_kv: int, *, name: str = "descale") -> torch.Tensor:
     """(batch, heads_q) per-query-head descales -> (batch, heads_kv): the max over each GQA group."""
+    heads_kv = _count("heads_kv", heads_kv, 1)
+    if not isinstance(descale, torch.Tensor):
+        raise TypeError(f"{name}: expected a (batch, heads_q) tensor, got {type(descale).__name__}")
     if descale.dim() != 2 or descale.shape[1] % heads_kv:
         raise ValueError(f"{name}: expected (batch, heads_q) with heads_q a multiple of heads_kv={heads_kv}, got {tuple(descale.shape)}")
     b, h = descale.shape
@@ -123,15 +144,17 @@ def descale_from_tokens(
     if not isinstance(token_descale, torch.Tensor):
         raise TypeError(f"{name}: expected a tensor, got {type(token_descale).__name__}")
     _positive_finite(name, token_descale)
+    heads_kv = _count("heads_kv", heads_kv, 1)
     if token_descale.dim() == 3:
+        if token_descale.shape[1] == 0:
+            raise ValueError(f"{name}: no tokens to take a descale from, got shape {tuple(token_descale.shape)}")
         per_head = token_descale.amax(dim=1)
     elif token_descale.dim() == 2:
         if cu_seqlens is None:
             raise ValueError(f"{name}: a varlen (total_tokens, heads) descale needs cu_seqlens")
-        bounds = cu_seqlens.tolist()
-        if bounds[0] != 0 or bounds[-1] != token_descale.shape[0] or any(b < a for a, b in zip(bounds, bounds[1:])):
-            raise ValueError(f"cu_seqlens: expected 0 .. {token_descale.shape[0]} non-decreasing, got {bounds}")
-        if any(b == a for a, b in zip(bounds, bounds[1:])):
+        lengths = check_cu_seqlens("cu_seqlens", cu_seqlens, token_descale.shape[0], token_descale.device)
+        bounds = [0, *itertools.accumulate(lengths)]
+        if 0 in lengths:
             raise ValueError(f"cu_seqlens: an empty sequence has no tokens to take a descale from, got {bounds}")
         per_head = torch.stack([token_descale[a:b].amax(dim=0) for a, b in zip(bounds, bounds[1:])])
     else:
@@ -159,7 +182,10 @@ def quantize_for_fa3(
     `batch` defaults to x's batch (1 for a varlen 3-D tensor, which FA3 would index per sequence).
     """
     x4 = as_4d(x, name)
-    batch = x4.shape[0] if batch is None else batch
+    batch = x4.shape[0] if batch is None else _count("batch", batch, 0)
+    heads_kv = _count("heads_kv", heads_kv, 1)
+    if not isinstance(strategy, ScaleStrategy):
+        raise TypeError(f"strategy: expected a ScaleStrategy, got {type(strategy).__name__}")
     g = strategy.granularity
     if isinstance(g, PerChannel):
         raise ValueError(f"{name}: per-channel scales cannot be given to FA3, whose descales are (batch, heads_kv)")

@@ -29,6 +29,7 @@ so their compact shape has batch 1 and broadcasts over any batch.
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass
 
 import torch
@@ -133,9 +134,14 @@ class PerHead(Granularity):
     heads_kv: int | None = None
     name = "head"
 
+    def __post_init__(self) -> None:
+        hk = self.heads_kv
+        if hk is not None and (isinstance(hk, bool) or not isinstance(hk, numbers.Integral) or hk < 1):
+            raise ValueError(f"PerHead: heads_kv must be a positive int or None (one scale per head), got {hk!r}")
+
     def _groups(self, heads: int) -> int:
-        g = self.heads_kv or heads
-        if g <= 0 or heads % g:
+        g = heads if self.heads_kv is None else int(self.heads_kv)
+        if heads % g:
             raise ValueError(f"PerHead: heads ({heads}) must be a multiple of heads_kv ({self.heads_kv})")
         return g
 

@@ -43,9 +43,14 @@ __all__ = [
 
 
 def check_finite(x: torch.Tensor, name: str = "x") -> None:
-    """ValueError naming `name` if `x` holds NaN or ±inf (a scale computed from it would be NaN/inf)."""
+    """TypeError unless `x` is a float tensor wider than FP8 (what gets quantized); ValueError naming
+    `name` if it holds NaN or ±inf (a scale computed from it would be NaN/inf)."""
+    if not x.is_floating_point() or x.element_size() == 1:
+        what = " (already FP8)" if x.is_floating_point() else ""
+        raise TypeError(f"{name}: expected a float tensor (bfloat16, float16, float32 or float64) to quantize, "
+                        f"got {str(x.dtype).replace('torch.', '')}{what}")
     # one reduction on the happy path: amax propagates NaN and inf
-    if x.is_floating_point() and x.numel() and not bool(torch.isfinite(x.abs().amax())):
+    if x.numel() and not bool(torch.isfinite(x.abs().amax())):
         n_nan = int(torch.isnan(x).sum())
         n_inf = int(torch.isinf(x).sum())
         raise ValueError(f"{name}: cannot compute a scale from a tensor with {n_nan} NaN and {n_inf} inf values")
@@ -315,6 +320,10 @@ def dequantize(
     if isinstance(granularity, ScaleStrategy):
         granularity = granularity.granularity
     x4 = as_4d(x_fp8, name)
+    if not x4.is_floating_point() or x4.element_size() != 1:
+        hint = f"; FP8 bits in {x4.dtype} are read as FP8 by x.view(torch.float8_e4m3fn)" if x4.element_size() == 1 else ""
+        raise TypeError(f"{name}: expected an FP8 tensor (float8_e4m3fn or another float8 dtype), "
+                        f"got {str(x4.dtype).replace('torch.', '')}{hint}")
     d = granularity.expand(descale, tuple(x4.shape), f"{name} descale")
     return (x4.double() * d).reshape(x_fp8.shape).to(dtype)
 
