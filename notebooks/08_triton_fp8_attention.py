@@ -14,7 +14,7 @@
 # # 08 · Our Triton FP8 flash attention, step by step
 #
 # `fp8lab.kernels.fp8_attention` computes attention the way FlashAttention-3's FP8
-# forward does, in about 150 lines of Triton you can read and change. It runs on
+# forward does, in about 300 lines of Triton you can read and change. It runs on
 # Hopper GPUs and, exactly, on a CPU in Triton's interpreter (how this notebook runs
 # in CI). The kernel file (`fp8lab/kernels/attention.py`) is written as a lesson:
 # open it beside this notebook.
@@ -96,10 +96,11 @@ def bf16_inputs(*shape, scale=1.0):
 #
 # One program owns `BLOCK_M` query rows of one head and walks over the keys
 # `BLOCK_N` at a time, keeping a running row max `m`, a running row sum `l` and an
-# unnormalised output `acc`. The kernel's docstring says it in pseudo-code:
+# unnormalised output `acc`. The kernel's docstring says it in pseudo-code (`c` is the
+# softmax scale with both descales folded in, section (c)):
 
 # %%
-print(A.__doc__.split("Pseudo-code")[1].split("Causal masks")[0])
+print(A.__doc__.split("Pseudo-code")[1].split("::", 1)[1].split("The accumulator registers")[0])
 
 # %% [markdown]
 # Key blocks are visited **from the last to the first**, as FA3 does, in two
@@ -107,6 +108,9 @@ print(A.__doc__.split("Pseudo-code")[1].split("Causal masks")[0])
 # last block), then the fully visible ones, with no mask arithmetic at all (the
 # "on-band split"); blocks wholly above the diagonal are never loaded. Causal masks
 # are aligned bottom-right: query `i` sees keys `j <= i + seqlen_k - seqlen_q`.
+#
+# "fp32 registers" in the pseudo-code is what the code asks for. What Hopper's FP8 MMA does
+# with them is less: it keeps about 13 bits as it adds, which sections (n) and (o) measure.
 
 # %% [markdown]
 # ## (b) Kernel = emulation, bit for bit
@@ -138,18 +142,26 @@ errors
 # %% [markdown]
 # Under the interpreter the two agree to the last bit, up to the order of fp32 sums: the
 # interpreter's `tl.dot` and `tl.sum` are numpy's, the emulation's are torch's, and on some CPUs
-# (AVX-512 against AVX2) a rare element rounds to the neighbouring bf16 value. On the H200 they
-# differ by 13-26 % of the emulation's own error on these batched shapes, and 39-42 % on short
-# varlen sequences, whose own error is smaller. Most of it is Hopper's FP8 MMA, which keeps about
-# 13 bits of its accumulator as it adds, where this emulation adds in fp32 (notebook 05 (f) models
-# it); the share grows with the head dim, over which Q·K^T sums. The rest is `ex2.approx` and FMA
-# contraction. FA3 differs from the same emulation in the same way (`fa3_vs_emu`). The recorded
-# GPU check:
+# (AVX-512 against AVX2) a rare element rounds to the neighbouring bf16 value.
+#
+# On the H200 they do not. The table is the record's GPU check of the v2 kernel (a case reads
+# `batch x seqlen_q/seqlen_k x heads_q/heads_kv x head_dim`): the kernel sits 13-26 % of the
+# emulation's own error away from it (`ratio` = `ours_vs_emu / emu_vs_exact`) on batched shapes,
+# and 39-42 % on short varlen sequences, whose own error is smaller. Later kernels were checked the
+# same way: 15-29 % for every config of v5, below 50 % for every candidate since
+# (docs/kernel-notes.md, "Correctness on the H200"). Most of the gap is Hopper's FP8 MMA, which
+# keeps about 13 bits of its accumulator as it adds, where this emulation adds in fp32 (notebook
+# 05 (e) models it); the share grows with the head dim, over which Q·K^T sums. The rest is
+# `ex2.approx` and FMA contraction. FA3 itself sits further from the same emulation
+# (`fa3_ratio`, 0.24-0.70 of the emulation's error): on top of the same hardware rounding, it
+# walks the keys in blocks of its own size (`fp8lab.reference.fa3_block_n`), while the emulation
+# here was told our kernel's `block_n`, and the block size moves every rescale and every P cast.
 
 # %%
 corr = bench.records_frame(rdir, "correctness")
-corr = corr[(corr["version"] == "v2") & (corr["variant"] == "transposed")]
-corr[["case", "ours_vs_emu", "emu_vs_exact", "ratio", "fa3_vs_emu"]]
+corr = corr[(corr["version"] == "v2") & (corr["variant"] == "transposed")].copy()
+corr["fa3_ratio"] = corr["fa3_vs_emu"] / corr["emu_vs_exact"]
+corr[["case", "ours_vs_emu", "emu_vs_exact", "ratio", "fa3_vs_emu", "fa3_ratio"]]
 
 # %% [markdown]
 # ## (c) FP8 step 1: descale folding
@@ -161,7 +173,7 @@ corr[["case", "ours_vs_emu", "emu_vs_exact", "ratio", "fa3_vs_emu"]]
 
 # %%
 print(f"scores with folded descales vs on dequantized inputs, max rel diff: "
-      f"{explain.folded_scale_error(q8, k8, qd, kd):.1e}")
+      f"{explain.folded_scale_error(q8, k8, qd, kd):.1e} (float64: the algebra; the kernel's fp32 product is (b)'s)")
 qd0 = qd[:1, :1].expand_as(qd)  # one value for every head, stride 0, as vLLM passes it
 same = [fp8_attention(q8, k8, v8, d, kd, vd, causal=causal) for d in (qd0, qd0.contiguous())]
 print("stride-0 and materialised descales give identical bits:", torch.equal(*same))
@@ -176,23 +188,37 @@ print("stride-0 and materialised descales give identical bits:", torch.equal(*sa
 # offset lifts them 8 binades up, onto the normal grid.
 
 # %%
-qp, kp = (cast_to_fp8(torch.randn(1, n, heads_kv, head_dim, generator=gen) * 3).to(dev)
+gen_d = torch.Generator().manual_seed(seed + 4)  # this section's own inputs: its cells re-run alone
+qp, kp = (cast_to_fp8(torch.randn(1, n, heads_kv, head_dim, generator=gen_d) * 3).to(dev)
           for n in (seqlen_q, seqlen_k))  # peaked scores: q, k with std 3
+vp = cast_to_fp8(torch.randn(1, seqlen_k, heads_kv, head_dim, generator=gen_d)).to(dev)
 dp = [torch.full((1, heads_kv), 0.5, device=dev) for _ in range(2)]
+exact_p = attention_exact(qp, kp, vp, q_descale=dp[0], k_descale=dp[1])
 grid_p = explain.p_grid_fractions(qp, kp, *dp)
 plots.plot_p_grid(grid_p)
 plt.show()
 grid_p
 
+# %% [markdown]
+# The grid moves: with the offset, most of the P values that were zero or subnormal become
+# normal numbers. Now the output's error against exact attention, with the offset off and on:
+
 # %%
-vp = cast_to_fp8(torch.randn(1, seqlen_k, heads_kv, head_dim, generator=gen)).to(dev)
-exact_p = attention_exact(qp, kp, vp, q_descale=dp[0], k_descale=dp[1])
 offsets = pd.DataFrame([
     dict(max_offset=off, rel_l2_vs_exact=float(rel_l2(fp8_attention(qp, kp, vp, *dp, max_offset=off), exact_p)))
     for off in (0.0, 8.0)
 ])
 record("max_offset_errors", dict(zip(offsets["max_offset"], offsets["rel_l2_vs_exact"])))
 offsets
+
+# %% [markdown]
+# Far less than the grid suggests: a few per cent of the error at this notebook's sizes (and
+# `p_rel_err`, the error of P itself, hardly moves either). The values the offset rescues are
+# below 2^-6 of their row's max, each weighing under 1/64 of the largest P, and together they
+# carry little of the row's sum. The error is set by the large values, each rounded to 3 mantissa
+# bits (up to 2^-4 relative), and multiplying by 2^8 does not change how a normal number rounds.
+# The offset pays where many small probabilities together carry weight: long rows under a few huge
+# scores (notebook 05 (c), the outlier inputs), and long contexts.
 
 # %% [markdown]
 # ## (e) FP8 step 3: the P cast, and two interpreter traps
@@ -222,6 +248,11 @@ no_p = attention_fa3_fp8(q8, k8, v8, qd, kd, vd, causal=causal, block_n=cfg.bloc
                          steps=FA3Steps().without("output", "p"))
 print(f"rel L2 vs exact: with the P cast {float(rel_l2(p_only, exact)):.2e}, "
       f"without {float(rel_l2(no_p, exact)):.2e}")
+
+# %% [markdown]
+# (Both runs leave the bf16 output cast off too.) Against exact attention on the *same* FP8
+# inputs, the P cast is practically the whole error: what is left without it is float32 rounding.
+# The inputs' own quantization error is not in this comparison; notebook 05 (b) weighs all steps.
 
 # %% [markdown]
 # ## (f) FP8 step 4: the V layout
@@ -267,8 +298,33 @@ copies.round(2)
 # %% [markdown]
 # ## (g) How it was tuned
 #
-# Every version's sweep is in `results/h200/bench_v*_sweep.json`, and what changed in
-# `docs/kernel-notes.md`. The best configuration per version and setting:
+# **Reading the record.** Every table from here on names kernels by their config labels:
+#
+# | label part | meaning |
+# |---|---|
+# | `m128n64w8s3` (Triton) | `BLOCK_M` = 128 query rows, `BLOCK_N` = 64 keys per block, 8 warps, 3 pipeline stages |
+# | `-pk` | `permute_keys`: K's rows loaded in `key_order`, section (i) |
+# | `-pq` | `pipeline_qk`: the next block's QK^T issued before this block's softmax |
+# | `-pf` | `pv_flush`: each block's P V added to O in fp32, sections (n), (o) |
+# | `ws-n128s3` (Gluon) | the warp-specialized kernel of (h): 128 keys per block, 3 stages of K/V buffers |
+# | `-pp`, `-ru` | FA3's ping-pong MMA order, rescale under the next MMA (h) |
+# | `-kv`, `-pw` | V^T from `key_ordered_vt` (j); P carried packed, four e4m3 per word (k) |
+# | `-c3` | three consumer warpgroups, 192 query rows (k) |
+# | `-ps`, `-dy` | persistent programs (l); tiles from an atomic counter (m) |
+# | `-h2` | `pv_halves`: O and P V in two 128-column halves at head dim 256 (o) |
+#
+# A case `4x4096x32x128` is batch x sequence length x heads x head dim. Terms: **SASS** is the GPU's
+# machine code (read offline with `cuobjdump`; **ptxas** compiles PTX to it), a **CTA** or program is
+# one block of threads on one SM, an **mbarrier** is a shared-memory barrier that threads and TMA
+# copies arrive at, `setmaxnreg` moves registers between warpgroups, **LPT** (longest processing
+# time first) orders work so the long tiles start early, and **V + 1** is notebook 05's long-context
+# input: V's N(0, 1) values plus one, so that P V grows with the context as it does with real value
+# vectors (with zero-mean V the sum stays small).
+#
+# The v1-v3 sweeps are in `results/h200/bench_v{1,2,3}_sweep.json`, what changed in
+# `docs/kernel-notes.md`; from v5 on each version was timed on the issue's grid against FA3 in the
+# same run (sections (h)-(o)). The best configuration per sweep and setting (timed through
+# `fp8_attention`, whose checks then still synced the device six times per call: v4 removed them):
 
 # %%
 rec = explain.tuning_record(rdir)
@@ -278,7 +334,8 @@ rec.pivot_table(index="setting", columns="version", values="tflops", sort=False)
 
 # %% [markdown]
 # What each step bought (2 x 8192 x 32 heads):
-# - **V pre-transposed** (v1): 2.6x over the in-kernel transpose, the biggest lever.
+# - **V pre-transposed** (v1): 2.1-3.1x over the in-kernel transpose in the v1-v3 sweeps (2.6x in
+#   (f)'s timing), the biggest lever.
 # - **4 warps instead of 8, no head-dim predicates, LPT head chunks** (v2): d=128
 #   659 -> 732 non-causal, 562 -> 612 causal; two 4-warp programs share an SM and
 #   overlap each other's softmax with MMAs.
@@ -421,7 +478,12 @@ print("key   :", list(range(16)))
 print("column:", landing[:16].tolist())
 
 # %% [markdown]
-# The same `key_order` as (i), now applied to V instead of K. Both changes keep every bit: on the
+# The same `key_order` τ as (i), now applied to V instead of K, and read the other way round. In
+# (i) K's rows move: score column c holds key τ(c), a gather (column 10 holds key 6). Here K stays
+# in order, so column c holds key c, and P's registers are relabelled with τ: the value in column
+# c becomes the MMA's A operand at position τ(c). V^T must then hold key c at its column τ(c), a
+# scatter (key 6 at column 12, as printed above). Either way, each A-operand slot meets the V^T
+# row of the same key, which is all the MMA's sum needs. Both changes keep every bit: on the
 # H200 the new kernel's outputs equal v10's in all 24 checks of the run below, with and without
 # the key-ordered V (the MMA's sum over 32 keys did not depend on their order). Measured against
 # v10's Gluon kernel in the same run (`results/h200/bench_v11_ws1.json`):
@@ -614,16 +676,18 @@ explain.kernel_ratios(dy).join(counter_gain.round(3).rename("counter vs list")).
 #   ninth. Only 4k tokens at head dims 64 and 128, and 8k at 64 and 256, favoured it in both runs.
 #   Two grids of each settled it (v21, next cell): over the 9 causal cases the Gluon kernel reached
 #   0.964x FA3 FP8 on average with the counter, 0.953x with one program per tile, the 4k-token
-#   cases up by 1.8-6.0 points. So the key-ordered default takes the counter for causal attention
+#   cases up by 1.8-6.1 points. So the key-ordered default takes the counter for causal attention
 #   too.
 # - **The loop, gone.** The same one-program-per-tile tiles ran 0.6-8.9 % faster than in v19's
 #   kernel in 8 of the 9 causal cases, most at head dim 256 with 8k tokens. At head dim 128 with 4k
 #   tokens they were 0.4 % slower. We did not find why it pays this much; the offline SASS shows only
 #   the shorter code around the main loop.
 #
-# v20's two grids (causal one program per tile) had 0.9x FA3 FP8 in all 18 cases; v21's, with the
-# counter for causal attention too, 17 and 18 of 18. v23 timed the same kernels in interleaved
-# rounds after the card settles: 18 of 18 in both of its grids. The one case that had missed was
+# v20's two grids (causal one program per tile) had 0.9x FA3 FP8 in all 18 cases, counting the
+# faster of our two kernels per case (where the Gluon kernel fell short, at 4k-token causal head
+# dim 64, the Triton kernel made it); v21's, with the counter for causal attention too, 17 and 18
+# of 18. v23 timed the same kernels in interleaved rounds after the card settles: 18 of 18 in all
+# four of its grids. The one case that had missed was
 # timed, in every grid where it missed, right after an idle compile, in the clock's swing
 # (notebook 07 (c)).
 
@@ -658,7 +722,12 @@ pv_speed.round(0)
 # and their error grows from 0.024 at 2k keys to 0.44 at 64k. With `pv_flush` the error stays at
 # the fp32-accumulation level, 0.0025-0.0033, which is what the "flush every block" model
 # predicts. The price, in this first form (the default tiles with the switch on), was 35-40 % of the
-# speed at 16k tokens. Section (o) finds where it went.
+# speed at 2 x 8192 x 32 heads. Section (o) finds where it went.
+#
+# Why the error grows with the context: O is unnormalised until the end, a running sum over every
+# key block seen so far. With V + 1 inputs (values of mean one) that sum grows with the number of
+# keys, and each block's products are added to an ever larger O with a fixed 13 bits, so each add
+# loses more of them (notebook 05 (e)).
 
 # %% [markdown]
 # ## (o) `pv_flush` in tiles that fit, in both kernels (v28)
@@ -680,7 +749,9 @@ flush_tiles
 # "insufficient register resources", and still it is the fastest tile there; v2-v10.)
 #
 # The H200 timed every candidate at 2x8192x32xd, with both kernels' defaults and the providers on
-# the same inputs (`scripts/probe_pv_flush.py`, three interleaved rounds). The Gluon kernel got the
+# the same inputs (`scripts/probe_pv_flush.py`, three interleaved rounds; `flush_speed` below takes
+# head dims 64 and 128 from that run, `bench_v28_pv_flush.json`, and 256 from the run after
+# `pv_halves` was added, `bench_v28_pv_halves.json`). The Gluon kernel got the
 # same switch: `WsConfig(pv_flush=True)`, a fresh accumulator for each block's PV wgmma
 # (`use_acc=False`) and one fp32 add after its wait. Its consumers hold 64 rows each, so its tiles
 # needed no change at head dims 64 and 128. (Head dim 256 needed more; below.)
@@ -736,6 +807,7 @@ flush_grid.round(3)
 #
 # - The kernel is FA3's FP8 forward: descales folded into the exp2-domain scale,
 #   `max - 8`, P in e4m3, fp32 accumulator registers, `v_descale` at the end, blocks last-first.
+# - Against exact attention on the same FP8 inputs, the P cast is practically the whole error.
 # - On Hopper the FP8 MMA keeps about 13 bits of its accumulator, and O accumulates in it over every
 #   key block, as in upstream FA3: the error grows with the context (0.44 rel. L2 at 64k keys on V + 1
 #   inputs). `pv_flush=True` adds each block's P V to O in fp32, as vLLM's library does: flat at
@@ -744,7 +816,8 @@ flush_grid.round(3)
 #   and keeps 0.83-0.89 of its speed (v27, v28: `results/h200/bench_v28_*`).
 # - Under the interpreter it equals the emulation bit for bit, after rounding P and the
 #   output in float32 to dodge the interpreter's wrong casts.
-# - The max offset matters only where P goes subnormal: peaked rows, long contexts.
+# - The max offset lifts P's small values out of e4m3's subnormals; the output gains only where
+#   many of them together carry weight (outlier scores, long rows): a few per cent on (d)'s peaked rows.
 # - FP8 MMAs want V key-contiguous: transposing once is cheap, per tile is not.
 # - FP8 MMAs want P's keys in a different register order than the scores come in: loading K's
 #   rows permuted makes the change free (`permute_keys`, v10), and so does storing V^T's keys
@@ -778,8 +851,10 @@ flush_grid.round(3)
 #    adds on the tile counter does it make in all, counting the last one of each program, which
 #    finds no tile? Set `answer_8` for 2x8192x32x128 causal (128 query rows per tile, 132 programs).
 # 9. Which `AttentionConfig` switch keeps the Triton kernel's error flat as the context grows, and what
-#    fraction of its speed does it keep at 2x8192x32x128 non-causal in its own default tile (section
-#    (o); `default_config(128, False, pv_flush=True)`)? Set `answer_9`.
+#    fraction of its speed does it keep at 2x8192x32x128 non-causal in the GPU's default tile for it
+#    (`A.gpu_config(128, False, pv_flush=True)`; on a CPU `default_config` gives the interpreter's
+#    tiny tile instead)? Read the speeds from `flush_speed` (section (o)); the grid after it is
+#    another run, 1-2 % apart. Set `answer_9` to (switch name, fraction).
 # 10. At head dim 256, how many fp32 values per thread would O and the flush tile need together in a
 #    tile of 64 query rows per warpgroup, and is that more than a thread's 255 registers? Set
 #    `answer_10` to the count.
@@ -815,8 +890,8 @@ if answer_7 is None:
 if answer_8 is None:
     answer_8 = (8192 // 128) * 2 * 32  # T - G tiles taken after the first G, plus G that find none: T
 if answer_9 is None:
-    answer_9 = ("pv_flush", flush_speed.loc["2x8192x32x128", "fp8lab m64n128w4s3-pk-pf"]  # section (o)
-                / flush_speed.loc["2x8192x32x128", "fp8lab"])
+    answer_9 = ("pv_flush", flush_speed.loc["2x8192x32x128", "fp8lab " + A.gpu_config(128, False, pv_flush=True).label()]
+                / flush_speed.loc["2x8192x32x128", "fp8lab"])  # section (o)
 if answer_10 is None:
     answer_10 = 2 * 64 * 256 // 128  # O and the P V tile: 64 rows x 256 columns over 128 threads, each
 
@@ -841,7 +916,7 @@ flush_label = "fp8lab " + A.gpu_config(128, False, pv_flush=True).label()
 kept = flush_speed.loc["2x8192x32x128", flush_label] / flush_speed.loc["2x8192x32x128", "fp8lab"]
 assert answer_9[0] in A.AttentionConfig.__dataclass_fields__ and getattr(
     replace(A.default_config(128, False), **{answer_9[0]: True}), "pv_flush"), "the switch of section (n)"
-assert abs(answer_9[1] - kept) < 0.01, f"read it from flush_speed, column {flush_label!r}: {kept:.3f}"
+assert abs(answer_9[1] - kept) < 0.02, f"read it from flush_speed, column {flush_label!r}: {kept:.3f}"
 regs10 = explain.flush_registers(replace(A.gpu_config(256, False), pv_flush=True), 256)
 assert answer_10 == regs10["o"] + regs10["pv_tile"] > regs10["budget"], "O's and the P V tile's values, per thread"
 print(f"9: {answer_9[0]}, {answer_9[1]:.2f} of the speed   10: {answer_10} values for 255 registers")

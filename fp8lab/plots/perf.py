@@ -209,7 +209,7 @@ def _ratio_bars(df: pd.DataFrame, cols: list[str], base: str, target: float, xla
     long = (df[cols].div(df[base], axis=0).rename_axis("case").reset_index()
             .melt(id_vars="case", var_name="call", value_name="ratio"))
     sns.barplot(data=long, y="case", x="ratio", hue="call", palette="deep", ax=ax)
-    ax.axvline(target, ls="--", color="k", lw=1)
+    ax.axvline(target, ls="--", color="k", lw=1, label=f"target {target}x")
     ax.set_xlabel(xlabel)
     ax.set_ylabel("")
     ax.legend(fontsize=8, ncol=len(cols), loc="upper center", bbox_to_anchor=(0.5, legend_y))
@@ -224,6 +224,7 @@ def plot_versions(df: pd.DataFrame, ax: plt.Axes | None = None) -> plt.Axes:
     ax.set_xlabel("kernel version (docs/kernel-notes.md)")
     ax.set_ylabel("TFLOP/s at 2 x 8192 x 32 heads")
     ax.set_title("What each tuning step bought")
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))
     return ax
 
 
@@ -244,9 +245,10 @@ def plot_ws(df: pd.DataFrame, target: float = 0.9, ax: plt.Axes | None = None,
     `fp8lab.kernels.explain.ws_record` for one version, or `v10_record`)."""
     ax = ax or plt.subplots(figsize=(9, 3.8))[1]
     sns.barplot(data=df, x="case", y="ratio", hue="kernel", palette="mako", ax=ax)
-    ax.axhline(target, ls="--", color="k", lw=1)
+    ax.axhline(target, ls="--", color="k", lw=1, label=f"target {target}x")
     ax.tick_params(axis="x", rotation=70)
     ax.set_xlabel("")
-    ax.set_ylabel("/ FA3 FP8 (same run)")
+    ax.set_ylabel("TFLOP/s over FA3 FP8's (same run)")
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))
     ax.set_title(title)
     return ax
