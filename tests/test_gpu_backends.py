@@ -260,6 +260,7 @@ def test_q_scale_fallback_scales(provider):
 
 @pytest.mark.parametrize("varlen", [False, True], ids=["batched", "varlen"])
 @pytest.mark.parametrize("provider", FP8_PROVIDERS)
+@pytest.mark.filterwarnings("ignore:The CUDA Graph is empty")  # the capture the ValueError ends before a kernel
 def test_fp8_call_captures_in_a_cuda_graph(provider, varlen):
     """As vLLM captures its decode steps: an FP8 call captured in a CUDA graph, replayed on new values
     copied into its inputs and descales, gives the eager call's bits on those values. A varlen call
