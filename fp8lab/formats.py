@@ -361,6 +361,8 @@ def quantize(
     _check_policy(rounding, overflow)
     if rounding == "nearest" and generator is not None:
         raise ValueError("generator is only used with rounding='stochastic'")
+    if generator is not None and not isinstance(generator, torch.Generator):
+        raise TypeError(f"generator: expected a torch.Generator or None, got {type(generator).__name__}")
     if not f.has_zero and x.dtype == torch.float16:
         raise TypeError(
             "e8m0fnu values span 2^-127..2^127, which float16 cannot hold; pass float32, bfloat16 or float64"

@@ -183,6 +183,9 @@ class PagedKVCache:
         (num_tokens,), negative entries are padding and are skipped.
         """
         num_blocks, block_size, heads_kv, head_dim = self.key_cache.shape
+        for name, t in (("key", key), ("value", value), ("slot_mapping", slot_mapping)):
+            if not isinstance(t, torch.Tensor):
+                raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
         if key.shape != value.shape or key.dim() != 3 or key.shape[1:] != (heads_kv, head_dim):
             raise ValueError(
                 f"key/value: expected (num_tokens, {heads_kv}, {head_dim}) each, got {tuple(key.shape)} and {tuple(value.shape)}"

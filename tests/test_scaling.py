@@ -420,6 +420,12 @@ def test_dtypes_and_counts_are_named_before_any_arithmetic():
         descale_from_scalar("1", 1, 2)
     with pytest.raises(ValueError, match="no tokens"):
         descale_from_tokens(torch.ones(1, 0, 2), 2)
+    with pytest.raises(ValueError, match="margin must be an int in"):
+        DelayedAmax(margin=2000)  # 2**2000 overflows the descale on the second call
+    with pytest.raises(ValueError, match="eps: the floor on amax"):
+        ScaleStrategy(eps=float("inf"))
+    with pytest.raises(ValueError, match="fp8_max must be a number"):
+        ScaleStrategy(fp8_max="448")
 
 
 def test_bad_descales_raise():

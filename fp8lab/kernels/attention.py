@@ -621,6 +621,8 @@ def pretranspose_v(v: torch.Tensor) -> torch.Tensor:
     (t, h, d) -> same shape, strides of an (h, d, t) buffer. One copy of V (on a GPU by
     `fp8lab.kernels.vlayout.transpose_keys`, V in FA3's layout).
     """
+    if not isinstance(v, torch.Tensor):
+        raise TypeError(f"v: expected a torch.Tensor, got {type(v).__name__}")
     if v.is_cuda and v.dim() in (3, 4) and v.element_size() == 1 and v.stride(-1) == 1:
         from fp8lab.kernels.vlayout import transpose_keys
 

@@ -167,6 +167,8 @@ def key_ordered_vt(v: torch.Tensor) -> KeyOrderedVt:
     P's columns are relabelled with the same `in_key_order` (free), and V^T's keys are stored in
     that same order, so the PV product sums the same products. One copy of V, like
     `pretranspose_v` (on a GPU by `fp8lab.kernels.vlayout.transpose_keys`, V in FA3's layout)."""
+    if not isinstance(v, torch.Tensor):
+        raise TypeError(f"v: expected a torch.Tensor, got {type(v).__name__}")
     if v.dim() != 4:
         raise ValueError(f"v: expected (batch, seqlen_k, heads_kv, head_dim), got {tuple(v.shape)}")
     b, s_k, hk, d = v.shape

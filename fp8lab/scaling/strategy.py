@@ -19,6 +19,8 @@ Amax sources:
 
 from __future__ import annotations
 
+import math
+import numbers
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -161,8 +163,11 @@ class DelayedAmax:
             raise ValueError(f"DelayedAmax: history_len must be a positive int, got {self.history_len!r}")
         if self.algo not in ("max", "most_recent"):
             raise ValueError(f"DelayedAmax: algo must be 'max' or 'most_recent', got {self.algo!r}")
-        if not (self.initial_descale > 0) or self.initial_descale == float("inf"):
-            raise ValueError(f"DelayedAmax: initial_descale must be finite and > 0, got {self.initial_descale}")
+        if not isinstance(self.initial_descale, numbers.Real) or not 0 < self.initial_descale < math.inf:
+            raise ValueError(f"DelayedAmax: initial_descale must be finite and > 0, got {self.initial_descale!r}")
+        if isinstance(self.margin, bool) or not isinstance(self.margin, int) or not -126 <= self.margin <= 127:
+            # descale * 2**margin must stay a float32 (TransformerEngine's margin is a few binades)
+            raise ValueError(f"DelayedAmax: margin must be an int in [-126, 127] (binades), got {self.margin!r}")
 
     @property
     def name(self) -> str:
@@ -228,8 +233,10 @@ class ScaleStrategy:
         fmt = formats.get_format(self.fmt)
         if fmt.torch_dtype is None:
             raise ValueError(f"fmt: {fmt.name} has no torch dtype to cast to")
-        if self.fp8_max is not None and not (0 < self.fp8_max <= fmt.max):
-            raise ValueError(f"fp8_max must lie in (0, {fmt.max}] for {fmt.name}, got {self.fp8_max}")
+        if self.fp8_max is not None and (not isinstance(self.fp8_max, numbers.Real) or not 0 < self.fp8_max <= fmt.max):
+            raise ValueError(f"fp8_max must be a number in (0, {fmt.max}] for {fmt.name}, got {self.fp8_max!r}")
+        if not isinstance(self.eps, numbers.Real) or not 0 < self.eps < math.inf:
+            raise ValueError(f"eps: the floor on amax must be a finite number > 0, got {self.eps!r}")
         if self.granularity.token_dependent and not isinstance(self.source, CurrentAmax):
             raise ValueError(
                 f"a {self.granularity.name} granularity follows token positions, so only CurrentAmax makes sense, "
