@@ -79,14 +79,18 @@ def attention_flops(batch: int, seqlen_q: int, seqlen_k: int, heads_q: int, head
     return flops / 2 if causal else flops
 
 
-def attention_bytes(batch: int, seqlen: int, heads_q: int, heads_kv: int, head_dim: int) -> float:
-    """HBM bytes of an FP8 forward that reads Q, K, V once (1 byte each) and writes bf16 O (2 bytes)."""
-    return batch * seqlen * head_dim * (heads_q * (1 + 2) + heads_kv * 2)
+def attention_bytes(batch: int, seqlen: int, heads_q: int, heads_kv: int, head_dim: int,
+                    input_bytes: int = 1) -> float:
+    """HBM bytes of a forward that reads Q, K, V once (`input_bytes` each: 1 for FP8, 2 for bf16)
+    and writes bf16 O (2 bytes)."""
+    return batch * seqlen * head_dim * (heads_q * (input_bytes + 2) + heads_kv * 2 * input_bytes)
 
 
-def attention_intensity(case: "AttentionCase") -> float:
-    """FLOPs per HBM byte: thousands for long sequences, so attention is compute-bound."""
-    return case.flops() / attention_bytes(case.batch, case.seqlen, case.heads_q, case.heads_kv, case.head_dim)
+def attention_intensity(case: "AttentionCase", input_bytes: int = 1) -> float:
+    """FLOPs per HBM byte (FP8 inputs, or `input_bytes=2` for bf16): thousands for long sequences,
+    so attention is compute-bound."""
+    return case.flops() / attention_bytes(case.batch, case.seqlen, case.heads_q, case.heads_kv, case.head_dim,
+                                          input_bytes)
 
 
 def roofline_tflops(intensity: float, peak_tflops: float, tbps: float) -> float:

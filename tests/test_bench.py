@@ -17,6 +17,15 @@ def test_attention_flops_convention():
     assert bench.tbps(4.3e12, 1000.0) == pytest.approx(4.3)
 
 
+def test_attention_bytes_count_the_input_width():
+    """FP8 inputs are 1 byte, bf16 2; O is bf16 either way: 2x8192x32x128, 8 kv heads."""
+    fp8 = bench.attention_bytes(2, 8192, 32, 8, 128)
+    assert fp8 == 2 * 8192 * 128 * (32 * (1 + 2) + 8 * 2)
+    assert bench.attention_bytes(2, 8192, 32, 8, 128, input_bytes=2) == 2 * 8192 * 128 * (32 * (2 + 2) + 8 * 4)
+    case = bench.AttentionCase(2, 8192, 32, 8, 128, False)
+    assert bench.attention_intensity(case, input_bytes=2) < bench.attention_intensity(case) < 1e4
+
+
 def test_grid_is_16k_tokens_32_heads():
     grid = bench.bench_grid()
     assert len(grid) == 3 * 3 * 2

@@ -33,7 +33,7 @@ def plot_providers(grid: pd.DataFrame, head_dim: int, ax: plt.Axes | None = None
     sns.barplot(data=df, x="case", y="tflops", hue="provider", ax=ax)
     ax.set_xlabel("batch x seqlen x heads x head_dim (b*s = 16k tokens)")
     ax.set_ylabel("TFLOP/s (median)")
-    ax.set_title(f"head_dim {head_dim}: FA3 FP8 leads; where our kernel stands")
+    ax.set_title(f"head_dim {head_dim}: every provider on the same inputs")
     ax.tick_params(axis="x", rotation=20)
     ax.legend(fontsize=8, ncols=3)
     return ax
@@ -54,27 +54,32 @@ def plot_ratio(ratios: pd.DataFrame, target: float = 0.9, ax: plt.Axes | None = 
 
 def plot_roofline(points: pd.DataFrame, ceilings: dict[str, float], copy_tbps: float,
                   ax: plt.Axes | None = None) -> plt.Axes:
-    """Log-log roofline: compute ceilings, the bandwidth slope, measured points by provider.
+    """Log-log roofline: compute ceilings (each a line, labelled with its TFLOP/s), the bandwidth
+    slope, measured points by provider.
 
     points: columns intensity (FLOP/byte), tflops, provider.
     """
     import numpy as np
 
-    ax = ax or plt.subplots(figsize=(7, 4.2))[1]
-    x = np.logspace(0, 4.5, 200)
+    ax = ax or plt.subplots(figsize=(7.5, 4.6))[1]
+    x = np.logspace(1, 4.5, 200)
+    grays = sns.color_palette("Greys_d", len(ceilings))
     for i, (name, peak) in enumerate(sorted(ceilings.items(), key=lambda kv: -kv[1])):
-        ax.plot(x, np.minimum(peak, copy_tbps * x), lw=1, ls=["-", "--", ":", "-."][i % 4], color="gray")
-        ax.text(x[0] * 1.2, peak * 1.04, f"{name}: {peak:.0f}", fontsize=8, color="gray")
+        ax.plot(x, np.minimum(peak, copy_tbps * x), lw=1, ls=["-", "--", ":", "-."][i % 4], color=grays[i],
+                label=f"{name}: {peak:.0f}")
     sns.scatterplot(data=points, x="intensity", y="tflops", hue="provider", style="provider", s=50, ax=ax)
     ax.set_xscale("log")
     ax.set_yscale("log")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))
     ax.set_xlabel("arithmetic intensity (FLOP per HBM byte)")
     ax.set_ylabel("TFLOP/s")
     ax.set_title(f"Attention is far right of the ridge ({copy_tbps} TB/s): compute, not memory, bounds it")
     return ax
 
 
-def plot_quant_bandwidth(df: pd.DataFrame, ax: plt.Axes | None = None) -> plt.Axes:
+def plot_quant_bandwidth(df: pd.DataFrame, ax: plt.Axes | None = None,
+                         title: str = "Static and per-token scales run at copy speed; per-head scales do not"
+                         ) -> plt.Axes:
     """Bars: each quantization kernel's `frac_copy_graph` (bf16 read + e4m3 written once, as
     a fraction of a device copy's bandwidth), one bar per `version`."""
     ax = ax or plt.subplots(figsize=(7, 3.6))[1]
@@ -84,7 +89,7 @@ def plot_quant_bandwidth(df: pd.DataFrame, ax: plt.Axes | None = None) -> plt.Ax
     ax.text(0.84, 0.02, "85 % of copy", fontsize=8, ha="right", transform=ax.get_xaxis_transform())
     ax.set_xlabel("useful bandwidth / copy bandwidth (3 bytes per value, CUDA-graph timed)")
     ax.set_ylabel("")
-    ax.set_title("Static and per-token scales run at copy speed; per-head scales do not")
+    ax.set_title(title)
     return ax
 
 
