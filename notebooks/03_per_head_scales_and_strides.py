@@ -47,6 +47,7 @@ from fp8lab.scaling import (
     PerTensor,
     PerToken,
     ScaleStrategy,
+    as_contiguous_reads,
     as_kernel_reads,
     compute_amax,
     dequantize,
@@ -118,11 +119,19 @@ plt.show()
 per_head.pivot(index="head", columns="strategy", values=["sqnr", "head amax"])
 
 # %% [markdown]
+# The heads' ranges come in a fixed shuffled order (`data.head_factors`: a property of the
+# "model", not sorted). A bar at 0 dB is a head quantized to all zeros: under the one per-tensor
+# scale the smallest head, about 20 binades below the largest, falls below e4m3's smallest
+# subnormal entirely. Per KV head, every head keeps the same SQNR.
+
+# %% [markdown]
 # ## 2. What `expand` does to strides, and why FA3 accepts it
 #
-# FA3's `flash_api.cpp` checks a descale's dtype and shape `(batch, heads_kv)` and
-# passes its two strides to the kernel, which reads `descale[b * stride(0) + h * stride(1)]`.
-# Four tensors with the same values:
+# FA3's `flash_api.cpp` checks a descale's shape `(batch, heads_kv)` and passes its two strides to
+# the kernel, which reads `descale[b * stride(0) + h * stride(1)]`. Four tensors with the same
+# values, what that formula reads from each (`as_kernel_reads`: always the tensor's own values),
+# and what a kernel that assumed contiguity, `descale[b * heads_kv + h]`, would read instead
+# (`as_contiguous_reads`):
 
 # %%
 per_head_values = torch.rand(heads_kv, generator=torch.Generator().manual_seed(seed)) * 0.05 + 0.01
@@ -141,7 +150,9 @@ stride_table = pd.DataFrame([{
     "strides": t.stride(),
     "contiguous": t.is_contiguous(),
     "bytes of storage": t.untyped_storage().nbytes(),
-    "kernel reads the same values": bool(torch.equal(as_kernel_reads(t), t)),
+    "FA3's strided read gives the values": bool(torch.equal(as_kernel_reads(t), t)),
+    "a contiguity-assuming read gives": ("past the storage" if as_contiguous_reads(t) is None else
+                                         "the values" if torch.equal(as_contiguous_reads(t), t) else "other values"),
 } for name, t in variants.items()]).set_index("descale")
 record("descale_strides", {k: list(v) for k, v in stride_table["strides"].items()})
 stride_table
@@ -175,9 +186,19 @@ for layout in ("contiguous", "transposed"):
         v_descale=(descale_from_scalar(vd[0, 0], batch, heads_kv, device=dev) if layout == "transposed"
                    else vd.contiguous().to(dev)))  # one value: stride 0, or materialized
 same = torch.equal(outs["contiguous"], outs["transposed"])
-record("layouts_bitwise_equal", same)
-assert same
-print("contiguous and transposed/expanded descales give bit-identical attention:", same)
+# per-head values shared by every sequence, as an expand() (strides (0, 1)) and materialized
+shared = {layout: fp8lab.attention(*qkv, causal=True, backend="triton",
+                                   q_descale=descale_from_heads(qd[0].to(dev), batch, layout=layout),
+                                   k_descale=descale_from_heads(kd[0].to(dev), batch, layout=layout),
+                                   v_descale=descale_from_heads(vd[0].to(dev), batch, layout=layout))
+          for layout in ("expand", "contiguous")}
+same_expand = torch.equal(shared["expand"], shared["contiguous"])
+record("layouts_bitwise_equal", same and same_expand)
+assert same and same_expand
+print("contiguous against transposed per-head Q/K descales (V: a stride-0 scalar against a materialized one):",
+      same)
+print("per-head descales expand()ed over the batch (strides (0, 1)) against the same values materialized:",
+      same_expand)
 
 # %% [markdown]
 # (vLLM's own FP8 FA3 test passes descales that are all 1.0, so a stride or indexing bug
@@ -215,14 +236,17 @@ record("gqa_q_worst_head_sqnr_db", gqa["worst head SQNR (dB)"].to_dict())
 gqa
 
 # %% [markdown]
-# Here the heads of a group are within a few binades of each other and sharing costs a
-# fraction of a dB; it grows only when heads of one group differ by many binades.
+# Here the heads of a group are within a few binades of each other and sharing costs essentially
+# nothing (hundredths of a dB). A float format's SQNR does not depend on the scale until values
+# reach the subnormals, so sharing costs only when the heads of one group lie far enough apart
+# (about 15 binades, e4m3's normal range) for the group's max scale to push its smallest head
+# below the normal range.
 #
 # ## 4. Per-token scales, squeezed into `(batch, heads_kv)`
 #
 # A per-token K scale (vLLM's INT8 per-token-head cache does this) cannot be given to
 # FA3. `descale_from_tokens` takes the max over each (sequence, KV head); the tokens are
-# then requantized with it. With attention sinks (a few tokens ×30), every other token
+# then requantized with it. With an attention sink (the first token, ×30), every other token
 # of the head is quantized with the sink's scale:
 
 # %%
@@ -281,7 +305,10 @@ provenance
 # similar ranges, so K's calibrated scale suits Q. Sweep that shared range over many
 # orders of magnitude (dividing the softmax scale by the same factor squared, so the
 # exact attention stays the same at every point and only what FP8 sees changes), and
-# quantize Q with the ideal descale (amax/448), the k_scale fallback, and vLLM's 1.0:
+# quantize Q with the ideal descale (amax/448), the k_scale fallback, and vLLM's 1.0. (Because Q
+# and K are rescaled to the same amax here, the fallback equals the ideal descale at every point:
+# the two lines coincide by construction. This sweep tests the premise holding; where Q's range
+# differs from K's, the fallback is off by that ratio and behaves like a mis-set static scale.)
 
 # %%
 q, k, v = data.make_qkv("normal", batch=1, seqlen_q=seqlen, heads_q=heads_q, heads_kv=heads_kv,
@@ -324,25 +351,26 @@ display(fallback.pivot(index="q_amax", columns="mode", values=["rel_l2", "q_satu
 #
 # 1. What are the strides of `torch.tensor(0.5).expand(4, 2)`? Put them in `answer_1`.
 # 2. With 32 query heads and 8 KV heads, which KV head's descale does query head 13 use?
-# 3. A checkpoint holds only `kv_scale = 0.02`. Which q descale does vLLM end up with, and
-#    which did the fallback intend? Put `(vllm, intended)` in `answer_3`.
+# 3. A checkpoint holds `q_scale = 0.011` and one `kv_scale = 0.02` (a case the table of section 5
+#    does not show). Which q, k and v descales does vLLM use, and does its defect touch them? Put
+#    `(q, k, v)` as vLLM resolves them in `answer_3`.
 
 # %%
 answer_1 = None  # strides, a tuple: replace None with your answer
 answer_2 = None  # a kv head index
-answer_3 = None  # (vllm, intended)
+answer_3 = None  # (q, k, v)
 
 # %% tags=["solution", "hide-input"]
 # Solution (collapsed; it fills in only the answers you left at None):
 # expand() repeats one value without copying it, so both strides are 0; query head h reads kv
-# head h // (32 // 8) = 13 // 4 = 3; vLLM overwrites the fallback q_scale with 1.0, where the
-# fallback meant k's 0.02.
+# head h // (32 // 8) = 13 // 4 = 3; a kv_scale goes to both k and v, and a q_scale the checkpoint
+# has is kept: the defect overwrites only a fallback, so it does not touch this checkpoint.
 if answer_1 is None:
     answer_1 = (0, 0)
 if answer_2 is None:
     answer_2 = 13 // (32 // 8)
 if answer_3 is None:
-    answer_3 = (1.0, 0.02)
+    answer_3 = (0.011, 0.02, 0.02)
 
 # %% [markdown]
 # Check (the solutions are computed by the package):
@@ -354,6 +382,9 @@ probe = formats.cast_to_fp8(torch.ones(1, 1, 32, 1))  # one FP8 '1' per query he
 kv_index = dequantize(probe, torch.arange(1.0, 9.0)[None], PerHead(8))[0, 0, :, 0] - 1  # descale column read
 solution_2 = int(kv_index[13])
 assert answer_2 == solution_2, f"exercise 2: expected {solution_2}"
-solution_3 = tuple(resolve_checkpoint_scales({"kv_scale": 0.02}, emulate=m, warn=False).q for m in ("vllm", "intended"))
+vllm3, intended3 = (resolve_checkpoint_scales({"q_scale": 0.011, "kv_scale": 0.02}, emulate=m, warn=False)
+                    for m in ("vllm", "intended"))
+solution_3 = (vllm3.q, vllm3.k, vllm3.v)
+assert solution_3 == (intended3.q, intended3.k, intended3.v)  # the defect needs a missing q_scale
 assert answer_3 == solution_3, f"exercise 3: expected {solution_3}"
 print("exercises 1-3: correct")

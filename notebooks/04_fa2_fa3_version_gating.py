@@ -39,7 +39,7 @@ from fp8lab.notebooks import record
 if smoke:
     seqlen, head_dims = 128, [64, 72, 128, 320]
 torch.manual_seed(seed)
-pd.set_option("display.max_colwidth", 120)
+pd.set_option("display.max_colwidth", 200)
 
 # %% [markdown]
 # ## 1. The capability matrix
@@ -54,18 +54,26 @@ matrix = pd.DataFrame(gating.capability_rows())
 matrix
 
 # %% [markdown]
+# Columns: **GPU** where the provider runs at all (compute capability), **FP8 needs** where it runs
+# FP8 inputs; **head dims** the rule it checks; **varlen** whether it takes packed sequences with
+# `cu_seqlens`; **lse** whether it returns the logsumexp of each row (a backward pass or a merge of
+# partial results needs it); **FP8 P V sum**: how it adds up the products P·V over the key
+# blocks (below).
+
+# %% [markdown]
 # Only three things run FP8 attention: FA3 (four ways to get it, all Hopper
 # only), our own kernels (the Triton kernel from compute capability 8.9, where FP8
 # tensor cores start: Ada, Hopper, Blackwell; on Hopper first the Gluon kernel,
 # batched calls only), and the reference (slow, anywhere). FA2 and SDPA take
 # 16-bit inputs.
 #
-# The last column says how each sums P·V over the key blocks for FP8 inputs
-# (`gating.FP8_PV_ACCUMULATION`): Hopper's FP8 MMA keeps about 13 bits of its
-# accumulator, and upstream FA3 ("mma") keeps O in it across the whole context, so
-# its error grows with the context; vLLM's FA3 adds each block to O in fp32
-# ("flush"); our kernels do either ("option"). `attention(..., pv_flush=True)` passes
-# over the "mma" providers (notebook 05 (e), notebook 08 (o)).
+# The last column says how each sums P·V (the probabilities times V, the second of attention's two
+# matrix products) over the key blocks for FP8 inputs (`gating.FP8_PV_ACCUMULATION`). The tensor
+# cores' FP8 matrix multiply-accumulate (MMA) on Hopper keeps about 13 bits of its accumulator, and
+# upstream FA3 ("mma") keeps O in it across the whole context, so its error grows with the
+# context; vLLM's FA3 adds each block to O in fp32 ("flush"); our kernels do either ("option";
+# the switch came in the kernels' version v28, docs/kernel-notes.md). `attention(..., pv_flush=True)`
+# passes over the "mma" providers (notebook 05 (e), notebook 08 (o)).
 
 # %%
 pd.Series(gating.FP8_PV_ACCUMULATION, name="FP8 P V sum")
@@ -130,11 +138,11 @@ plt.tight_layout()
 plt.show()
 
 # %% [markdown]
-# Read it row by row: Hopper uses FA3 for both dtypes; Ampere and Blackwell use
-# FA2 for bf16 (Blackwell falls back from FA3, as in vLLM without FA4); FP8 on
-# Ada and Blackwell goes to the Triton kernel, on Ampere (no FP8 tensor cores)
-# nowhere; head dim 72 fails every FP8 kernel's multiple-of-16 rule, and 320 is
-# beyond every FlashAttention.
+# Read it row by row: Hopper uses FA3 for both dtypes up to head dim 256; Ampere, Ada and Blackwell
+# use FA2 for bf16 (Blackwell falls back from FA3, as in vLLM without FA4); FP8 on Ada and Blackwell
+# goes to the Triton kernel, on Ampere (no FP8 tensor cores) nowhere; head dim 72 fails every FP8
+# kernel's multiple-of-16 rule, and 320 is beyond every FlashAttention, so bf16 there falls to SDPA
+# on every machine and FP8 has no kernel.
 
 # %% [markdown]
 # ## 4. FP8 into FA2
@@ -146,10 +154,14 @@ plt.show()
 # %%
 ampere = decide(MACHINES["A100 (8.0)"], everything, Request("fp8", 128), backend="fa2", env={})
 print(ampere.error_message("fa2"))
+dequantized = decide(MACHINES["A100 (8.0)"], everything, Request("fp8", 128, fp8_fallback="dequantize"),
+                     backend="fa2", env={})
+print("with fp8_fallback='dequantize':", dequantized.label())
 
 # %% [markdown]
-# The same through `attention()` on this machine, caught and shown (on a CPU the first reason
-# given is that FA2 needs a GPU; on a GPU without FA3 it is the FP8 refusal above):
+# The same through `attention()` on this machine, caught and shown. On a CPU the only reason given
+# is that FA2 needs a GPU: a provider this machine cannot run is not examined further. On any GPU,
+# Hopper included, the reason is the FP8 refusal above (`backend="fa2"` never runs FP8):
 
 # %%
 heads_kv = max(1, heads_q // 4)
@@ -208,8 +220,9 @@ errors
 #    it returns None: no FlashAttention.
 #
 # `flash_attn_supports_fp8()` is "the version is 3 and the device is 9.x".
-# fp8lab mirrors rules 1-4 in `gating.flash_attn_version` with
-# `FP8LAB_FLASH_ATTN_VERSION` as the override (and no FA4):
+# fp8lab mirrors these rules in `gating.flash_attn_version` with
+# `FP8LAB_FLASH_ATTN_VERSION` as the override, without FA4 and without ALiBi (fp8lab's calls take
+# no ALiBi slopes):
 
 # %%
 rule = []
@@ -224,8 +237,10 @@ pd.DataFrame(rule)
 
 # %% [markdown]
 # Two places where the rule has teeth: forcing FA3 on an A100 gives *no*
-# FlashAttention (vLLM asserts, fp8lab falls through to the next backend),
-# and forcing FA2 on an H100 turns FP8 off even though the GPU could run it.
+# FlashAttention (vLLM's check asserts, the assertion is caught and the rule returns None;
+# fp8lab falls through to the next backend), and forcing FA2 on an H100 turns FA3's FP8 off even
+# though the GPU could run it: `auto` then falls through to fp8lab's own kernels (exercise 2),
+# where vLLM would have no FP8 attention at all.
 #
 # ## Summary
 #
@@ -250,7 +265,7 @@ pd.DataFrame(rule)
 # runs FP8 inputs with head dim 80? And fp16 inputs instead?
 
 # %%
-answer_1 = None  # (fp8 label, fp16 label), e.g. ("fa3:vllm", "error")
+answer_1 = None  # (fp8 label, fp16 label), two labels such as "fa2:flash-attn-2" or "error"
 
 # %% tags=["solution", "hide-input"]
 # Solution: 80 is a multiple of 16, so FA3 takes FP8 at d=80 (padded to the 96 tile);
@@ -285,7 +300,8 @@ print("2: correct")
 
 # %% [markdown]
 # **3.** A B200 (10.0) has vLLM and SDPA but not our kernel. What happens to
-# FP8 inputs, and which option makes the call run (give the resulting label)?
+# FP8 inputs, and which option makes the call run (give the resulting label, written as section 4
+# prints one with that option)?
 
 # %%
 answer_3 = None  # (label without the option, label with it)

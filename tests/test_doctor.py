@@ -51,6 +51,13 @@ def test_doctor_simulated_hopper(capsys):
     assert table[("bf16", 320)]["choice"] == "sdpa:sdpa"
 
 
+def test_doctor_simulated_without_providers_says_whose_probes_it_used(capsys):
+    rep = run_json(capsys, ["--simulate", "9.0"])
+    assert rep["notes"] and "this machine's probes" in rep["notes"][0]
+    assert run_json(capsys, ["--simulate", "9.0", "--providers", "sdpa"])["notes"] == []
+    assert doctor.main([]) == 0 and "== environment (this machine)" in capsys.readouterr().out
+
+
 def test_doctor_simulated_ampere_explains_fp8(capsys):
     assert doctor.main(["--simulate", "8.0", "--providers", "vllm-fa2,sdpa"]) == 0
     text = capsys.readouterr().out

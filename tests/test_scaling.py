@@ -612,15 +612,20 @@ def test_plots_draw():
 
 
 def test_as_kernel_reads_follows_strides_where_a_contiguity_bug_would_not():
-    from fp8lab.scaling import as_kernel_reads, descale_from_heads, descale_from_scalar
+    from fp8lab.scaling import as_contiguous_reads, as_kernel_reads, descale_from_heads, descale_from_scalar
 
     vals = torch.rand(3, generator=torch.Generator().manual_seed(4)) + 0.1
     for d in (descale_from_scalar(0.3, 2, 3), *(descale_from_heads(vals, 2, layout=lay)
                                               for lay in ("expand", "contiguous", "transposed"))):
         assert torch.equal(as_kernel_reads(d), d) and as_kernel_reads(d).is_contiguous()
-    t = descale_from_heads(vals, 2, layout="transposed")
+    t = descale_from_heads(torch.stack([vals, 2 * vals]), 2, layout="transposed")
     storage = torch.tensor([], dtype=t.dtype).set_(t.untyped_storage())
     assert not torch.equal(storage[:6].reshape(2, 3), t)  # what reading b * heads_kv + h would give
+    assert torch.equal(as_contiguous_reads(t), storage[:6].reshape(2, 3))
+    assert as_contiguous_reads(descale_from_scalar(0.3, 2, 3)) is None  # 1 float: b * 3 + h runs past it
+    assert as_contiguous_reads(descale_from_heads(vals, 2, layout="expand")) is None
+    c = descale_from_heads(vals, 2, layout="contiguous")
+    assert torch.equal(as_contiguous_reads(c), c)
     with pytest.raises(ValueError, match=r"expected \(batch, heads_kv\)"):
         as_kernel_reads(vals)
 

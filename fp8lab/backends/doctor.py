@@ -96,12 +96,15 @@ def report(simulate: str | None = None, provider_names: list[str] | None = None)
         "vllm_fa3_library": {"path": str(lib) if lib else None, "detail": lib_detail,
                              "manifest": str(fetch.manifest_path())},
         "decisions": decision_table(device, available, unavailable),
+        "notes": ([f"--simulate {simulate} without --providers decides with this machine's probes: providers that "
+                   "need hardware this machine lacks count as missing; --providers a,b names the simulated "
+                   "machine's installed set"] if simulate is not None and provider_names is None else []),
     }
 
 
 def _print_text(rep: dict, verbose: bool, out=None) -> None:
     p = lambda *a: print(*a, file=out or sys.stdout)  # noqa: E731
-    p("== environment")
+    p("== environment (this machine)")
     for k, v in rep["environment"].items():
         p(f"  {k:20s} {v if v is not None else '-'}")
     dev = rep["device"]
@@ -116,7 +119,7 @@ def _print_text(rep: dict, verbose: bool, out=None) -> None:
         mark = "found  " if pr["found"] else "missing"
         p(f"  {pr['backend']:9s} {pr['name']:13s} {mark} {pr['detail']}")
     lib = rep["vllm_fa3_library"]
-    p(f"\n== vLLM FA3 library (fp8lab fa3 fetch)\n  {lib['detail']}\n  manifest {lib['manifest']}")
+    p(f"\n== vLLM FA3 library (fp8lab fa3 fetch; this machine)\n  {lib['detail']}\n  manifest {lib['manifest']}")
     fav = rep["flash_attn_version"]
     p(f"\n== FlashAttention version (vLLM's rule): {fav['version'] or 'none'}, FP8 supported: {fav['supports_fp8']}")
     for n in fav["notes"]:
@@ -132,6 +135,10 @@ def _print_text(rep: dict, verbose: bool, out=None) -> None:
             p(f"\n  {r['dtype']} head_dim {r['head_dim']} -> {r['choice']}")
             for name, why in r["rejected"].items():
                 p(f"    {name}: {'; '.join(why)}")
+    if not verbose:
+        p("\n  (--verbose says, for every row, why each provider before the chosen one was passed over)")
+    for note in rep["notes"]:
+        p(f"\n  note: {note}")
 
 
 def main(argv: list[str] | None = None) -> int:

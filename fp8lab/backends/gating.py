@@ -216,8 +216,8 @@ def capability_rows() -> list[dict[str, object]]:
     def where(s: ProviderSpec) -> str:
         if s.capability_major is not None:
             return f"{s.capability_major}.x only"
-        out = [(f">= {s.min_capability[0]}.{s.min_capability[1]}" if s.min_capability > (0, 0) else "any GPU")] \
-            if s.cuda else []
+        least = max(s.min_capability, s.fp8_min_capability or (0, 0)) if s.dtypes == ("fp8",) else s.min_capability
+        out = [(f">= {least[0]}.{least[1]}" if least > (0, 0) else "any GPU")] if s.cuda else []
         if s.cpu:
             out.append("CPU" + (" (TRITON_INTERPRET=1)" if s.backend == "triton" else ""))
         return ", ".join(out)
@@ -230,7 +230,9 @@ def capability_rows() -> list[dict[str, object]]:
         return f"{s.capability_major}.x" if s.capability_major else "any"
 
     return [{"backend": s.backend, "provider": s.name, "dtypes": "/".join(s.dtypes), "GPU": where(s),
-             "FP8 needs": fp8_needs(s), "head dims": HEAD_DIM_RULES[s.head_dims], "varlen": s.varlen,
+             "FP8 needs": fp8_needs(s),
+             "head dims": HEAD_DIM_RULES[s.head_dims].replace(" (FP8: 16)", "" if "fp8" not in s.dtypes else " (FP8: 16)"),
+             "varlen": s.varlen,
              "lse": s.returns_lse, "FP8 P V sum": s.fp8_pv} for s in PROVIDERS.values()]
 
 

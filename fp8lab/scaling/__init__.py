@@ -18,6 +18,7 @@ from fp8lab.scaling.checkpoint import (
     resolve_checkpoint_scales,
 )
 from fp8lab.scaling.fa3 import (
+    as_contiguous_reads,
     as_kernel_reads,
     descale_from_heads,
     descale_from_scalar,
@@ -63,6 +64,7 @@ __all__ = [
     "descale_from_amax",
     "descale_from_heads",
     "descale_from_scalar",
+    "as_contiguous_reads",
     "as_kernel_reads",
     "descale_from_tokens",
     "fake_quantize",

@@ -29,6 +29,7 @@ from fp8lab.scaling.granularity import PerBlock, PerChannel, PerHead, PerTensor,
 from fp8lab.scaling.strategy import ScaleStrategy, quantize, quantize_with_descale
 
 __all__ = [
+    "as_contiguous_reads",
     "as_kernel_reads",
     "descale_from_scalar",
     "descale_from_heads",
@@ -206,6 +207,19 @@ def quantize_for_fa3(
         )
     values = per_head[0] if per_head.shape[0] == 1 and batch != 1 else per_head
     return x_fp8, descale_from_heads(values, batch, layout=layout, name=f"{name}_descale")
+
+
+def as_contiguous_reads(descale: torch.Tensor) -> torch.Tensor | None:
+    """What a kernel that assumed a contiguous (batch, heads_kv) descale would read: element
+    `offset + b * heads_kv + h` of the storage behind it, or None where that runs past the storage
+    (an expanded descale holds 1 or heads_kv floats). FA3 reads `as_kernel_reads` instead."""
+    if descale.dim() != 2:
+        raise ValueError(f"descale: expected (batch, heads_kv), got shape {tuple(descale.shape)}")
+    if not descale.numel():
+        return descale.clone()
+    storage = torch.tensor([], dtype=descale.dtype, device=descale.device).set_(descale.untyped_storage())
+    index = descale.storage_offset() + torch.arange(descale.numel(), device=descale.device).reshape(descale.shape)
+    return storage[index] if int(index.max()) < storage.numel() else None
 
 
 def as_kernel_reads(descale: torch.Tensor) -> torch.Tensor:
