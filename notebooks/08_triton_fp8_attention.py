@@ -350,7 +350,7 @@ rec.pivot_table(index="setting", columns="version", values="tflops", sort=False)
 # - **Pipelined QK^T** (v5, `pipeline_qk=True`): the next block's scores are issued before
 #   this block's softmax, FA3's intra-warpgroup overlap. The SASS shows the overlap, yet it
 #   lost 5-17 % at head dims 64 and 128: two live score tiles need 250+ registers, so fewer
-#   programs share an SM. It won only at 256 causal (+0.3-4 %), where it is the default.
+#   programs share an SM. It won only at 256 causal (+0.3-4 %), and was the default there until v10.
 #
 # That left 0.75-0.92x FA3 FP8 across the v5 grid. FA3's edge looked structural: its
 # producer/consumer warpgroups with explicit ping-pong scheduling, which Triton 3.6's compiler

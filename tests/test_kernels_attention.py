@@ -303,6 +303,21 @@ def test_switches_configs_and_cu_seqlens_are_checked_as_given():
     assert out.shape == qv.shape
 
 
+def test_tune_attention_keeps_each_accumulation_in_its_own_table():
+    """Timing flushing configs for a plain call would make every later plain call flush."""
+    gen = torch.Generator().manual_seed(28)
+    q = fp8(gen, 1, 8, 2, 32)
+    flushing = [A.AttentionConfig(16, 32, pv_flush=True)]
+    with pytest.raises(ValueError, match="every config's pv_flush must be False"):
+        A.tune_attention(q, q, q, configs=flushing)
+    with pytest.raises(ValueError, match="every config's pv_flush must be True"):
+        A.tune_attention(q, q, q, configs=[A.AttentionConfig(16, 32)], pv_flush=True)
+    with pytest.raises(TypeError, match="round_p_in_fp32: expected a bool"):
+        fp8_attention(q, q, q, round_p_in_fp32="yes")
+    with pytest.raises(TypeError, match="check_descales: expected a bool"):
+        fp8_attention(q, q, q, check_descales="no")
+
+
 @pytest.mark.skipif(DEV == "cuda", reason="the interpreter's decoding of e4m3fn NaN codes")
 def test_nan_codes_are_refused_under_the_interpreter():
     """Triton 3.9's interpreter reads e4m3fn's NaN (0x7F) as 480, so a NaN input would give a finite,

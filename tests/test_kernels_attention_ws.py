@@ -57,6 +57,15 @@ def test_bad_input_is_named_before_launch():
         W.fp8_attention_ws(q, k, pretranspose_v(v), config={"block_n": 64})
 
 
+def test_ws_config_refuses_tiles_the_kernel_cannot_build():
+    """A key block that is not a power of two of at least 32 keys, or no ring of buffers, would fail
+    deep in the Gluon compiler: a named error instead."""
+    for bad in (dict(block_n=48), dict(block_n=16), dict(stages=0)):
+        with pytest.raises(ValueError, match="block_n must be 32, 64, 128 or 256 and stages 1..8"):
+            W.WsConfig(**bad)
+    assert W.WsConfig(block_n=64, stages=4).label() == "ws-n64s4"
+
+
 COMPILE = """
 import json, sys
 from fp8lab.kernels import attention_ws as W

@@ -13,10 +13,12 @@ output ``acc`` (the "online softmax"). FP8 adds five steps, each marked
    exp2 domain, ``log2(e) * softmax_scale``), so the QK^T MMA runs on raw codes
    and no element is ever rescaled. ``v_descale`` is applied once, at the end.
 2. Max offset. FA3 subtracts ``max - 8`` instead of ``max`` before exp2, so P
-   lies in [0, 2^8] = [0, 256] rather than [0, 1]: e4m3 has only 3 mantissa bits
-   and a smallest subnormal of 2^-9, and probabilities near 1/seqlen would
-   otherwise underflow or lose most of their bits. The row sum carries the same
-   factor 2^8, so the output is unchanged; only the logsumexp is corrected.
+   lies in [0, 2^8] = [0, 256] rather than [0, 1] (P is unnormalised: its row max
+   is exactly 2^8). A power of two does not change how a normal number rounds, but
+   e4m3's normal range ends at 2^-6: without the offset, values below 2^-6 of their
+   row's max fall among the subnormals (absolute step 2^-9) or to zero; the offset
+   lifts them 8 binades onto the normal grid. The row sum carries the same factor
+   2^8, so the output is unchanged; only the logsumexp is corrected.
 3. P cast. P is rounded to e4m3 (nearest even; it never saturates, 256 < 448)
    so the PV product is an FP8 MMA too. The row sum uses the float32 P, as FA3.
 4. V layout. FP8 tensor-core MMAs (Hopper wgmma) need both operands K-major.
@@ -52,10 +54,12 @@ grows with the context (rel. L2 0.024 / 0.19 / 0.44 at 2k / 16k / 64k keys on V 
 inputs, equal to FA3's and to the emulation's accumulator model, v27).
 ``fp8_attention(..., pv_flush=True)`` takes each block's P V in a fresh accumulator and adds
 it to O in fp32, as vLLM's FA3 library does: 0.0025-0.0033 at every length. The second fp32
-tile needs registers: from head dim 128 it fits only in tiles of 64 query rows per warpgroup
-(`gpu_config(..., pv_flush=True)`; at 64 the causal default's 128 rows still fit); in them it
-costs at most 6 % at head dims 64 and 128, and about half the speed at 256, where O alone takes
-128 registers per thread (v28). Under the interpreter both equal fp32 accumulation.
+tile needs registers (`explain.flush_registers`): it fits beside S and O in tiles of 64 query
+rows per warpgroup up to head dim 128, where the flush costs at most 6 % (v28). The flush
+defaults of `gpu_config(..., pv_flush=True)` at head dim 64 causal (128 rows on one warpgroup,
+48 bytes of spill) and at 256 (where O alone takes 128 registers per thread and no tile fits)
+spill, and were kept because they measured fastest anyway; at 256 the flush costs about half the
+speed. Under the interpreter both equal fp32 accumulation.
 
 Causal masks are aligned bottom-right. Key blocks are visited in two phases,
 both from the last block down: first the blocks that need a mask (the
@@ -67,14 +71,16 @@ FA3 emulation in `fp8lab.reference` uses (``reverse_blocks=True``).
 Scheduling: one program per (query block, batch x head), on a 1-D grid that
 takes heads in chunks whose K and V fit in L2, longest query blocks first.
 
-Speed on an H200 (docs/kernel-notes.md, notebook 07; v10 grid, every provider in one
-run): 0.89-0.98x FA3's FP8 kernel at head dim 64, 0.85-0.93x at 128, 0.76-0.82x at 256
-(where the Gluon kernel, `fp8_attention_ws`, is faster); faster than FA3 bf16 and than
-vLLM's FP8 varlen path in all 18 cases. The levers that mattered: V pre-transposed (2.6x),
-4-warp programs (two or three per SM, overlapping one's softmax with another's MMAs),
-per-head-dim block sizes, no device syncs in the host-side checks (they had cost 0.3-0.6 ms
-per call), and v10's ``permute_keys`` with a one-compare causal mask (+6-11 % at head dim 64,
-+7-10 % at 128 causal). ``pipeline_qk`` issues the next block's QK^T before this block's
+Speed on an H200 (docs/kernel-notes.md, notebook 07; the v23 grid, every provider in
+interleaved rounds): 0.874-0.949x FA3's FP8 kernel at head dim 64, 0.850-0.882x at 128,
+0.758-0.843x at 256, and faster than FA3 bf16 and than vLLM's FP8 varlen path in all 18
+cases; the Gluon kernel, `fp8_attention_ws`, is the faster of the two in 17 of them. The
+levers that mattered: V pre-transposed (2.1-3.1x in the v1-v3 sweeps), 4-warp programs (two or
+three per SM, overlapping one's softmax with another's MMAs), per-head-dim block sizes, no
+device syncs in the host-side checks of batched calls (they had cost 0.3-0.6 ms per call; a
+varlen call still reads cu_seqlens on the host unless it is captured in a CUDA graph), and
+v10's ``permute_keys`` with a one-compare causal mask (+6-11 % at head dim 64, +7-10 % at 128
+causal). ``pipeline_qk`` issues the next block's QK^T before this block's
 softmax (FA3's intra-warpgroup overlap; the SASS shows the overlap) but lost wherever
 registers were short. TMA descriptors (``use_tma``) and Triton's warp specialization
 (``warp_specialize``) measured no gain and stay switches.
@@ -462,8 +468,10 @@ class AttentionConfig:
     as vLLM's FA3 library does, instead of letting O accumulate in the FP8 MMA across all key
     blocks, as upstream FA3 (the default) does. Hopper's FP8 MMA keeps about 13 bits of its
     accumulator, so without the flush the error grows with the context (v27; notebook 05 (e)).
-    The block's product needs a second fp32 tile beside O: take a tile of 64 query rows per
-    warpgroup (`gpu_config(..., pv_flush=True)`, v28; `explain.flush_registers` counts them).
+    The block's product needs a second fp32 tile beside O (`explain.flush_registers` counts
+    them): up to head dim 128 it fits in tiles of 64 query rows per warpgroup; the flush defaults
+    of `gpu_config(..., pv_flush=True)` at head dim 64 causal and at 256 spill a little and were
+    kept because they measured fastest (v28).
     The interpreter's products are exact either way: same bits on the CPU.
     """
 
@@ -526,7 +534,7 @@ _MEASURED_DEFAULTS: dict[tuple[int, bool], AttentionConfig] = {
     (256, True): AttentionConfig(128, 128, 8, 2, permute_keys=True),  # v11: +4-8 % over v10's m128n64w8s3-pk
 }
 # v4 candidates, measured in one quick run (results/h200/bench_v4_quick.*; docs/kernel-notes.md "v4"):
-# the head_dim 64 ones won every case and are the defaults above; the head_dim 128 causal ones
+# the head_dim 64 ones won that run (v10's 128-row tiles replaced them as defaults); the head_dim 128 causal ones
 # lost to v2 (0.75-0.84x vs 0.83-0.86x) and stay candidates only. Keyed like
 # `_MEASURED_DEFAULTS`. Chosen from offline sm_90 compiles (triton 3.9 + its ptxas, no GPU):
 # - head_dim 64: 64-row blocks capped at 168 registers, so three 4-warp programs share an SM
@@ -549,7 +557,7 @@ V4_CANDIDATES: dict[tuple[int, bool], list[AttentionConfig]] = {
 # m64n128w4s4-r168-pq at 64 spill and are left out. Measured (results/h200/bench_v5_raw.*): 5-17 %
 # slower than the defaults at head dims 64 and 128 (they need 250+ registers, so fewer programs
 # share an SM and the overlap between programs is lost); at 256 causal m128n64w8s3-pq won by
-# 0.3-4 % in two runs and is the default there.
+# 0.3-4 % in two runs and was the default there until v10's permute_keys tiles replaced it.
 V5_CANDIDATES: dict[int, list[AttentionConfig]] = {  # by padded head_dim, causal or not
     64: [AttentionConfig(64, 128, 4, 3, pipeline_qk=True), AttentionConfig(128, 64, 4, 3, pipeline_qk=True),
          AttentionConfig(64, 128, 4, 2, pipeline_qk=True)],
@@ -733,7 +741,7 @@ def fp8_attention(
     (batch, heads_q, seqlen_q) or (heads_q, total_q).
 
     `v_layout`: "natural" (FA3's, head_dim contiguous; tiles are transposed in the
-    kernel, 1.6-5x slower on the H200), "transposed" (keys contiguous, from
+    kernel, 2.1-3.1x slower on the H200 in the v1-v3 sweeps), "transposed" (keys contiguous, from
     `pretranspose_v`: one copy, 20-92 us for 16k tokens x 32 heads), or "auto" to
     take whichever `v` has. `max_offset`: FA3's 8; 0 turns the offset off (a lesson,
     not for use). `config`: block sizes etc. (`default_config`); its block_n sets the
@@ -747,6 +755,8 @@ def fp8_attention(
     """
     for name, flag in (("causal", causal), ("return_lse", return_lse), ("pv_flush", pv_flush)):
         check_flag(name, flag)
+    if check_descales is not None:
+        check_flag("check_descales", check_descales)
     if config is not None and not isinstance(config, AttentionConfig):
         raise TypeError(f"config: expected an AttentionConfig (see default_config) or None, got {type(config).__name__}")
     v_transposed = _check_v_layout(v, v_layout)
@@ -765,7 +775,7 @@ def fp8_attention(
     _check_config(cfg, d_pad, q.device)
     scale = check_softmax_scale(softmax_scale, d)
     check_max_offset(max_offset)
-    round_p = triton_interpret() if round_p_in_fp32 is None else bool(round_p_in_fp32)
+    round_p = triton_interpret() if round_p_in_fp32 is None else check_flag("round_p_in_fp32", round_p_in_fp32)
 
     dev = q.device
     qd = _descale_or_ones(q_descale, shape.batch, shape.heads_kv, dev)
@@ -812,8 +822,6 @@ def fp8_attention(
             num_warps=cfg.num_warps, num_stages=cfg.num_stages,
             **({"maxnreg": cfg.maxnreg} if cfg.maxnreg else {}),
         )
-    elif out.numel() > 0:
-        out.zero_()
     if shape.max_seqlen_q == 0 or shape.max_seqlen_k == 0:
         out.zero_()
         lse.fill_(float("-inf"))
@@ -903,29 +911,40 @@ def tune_attention(
     configs: list[AttentionConfig] | None = None,
     **kwargs,
 ) -> tuple[AttentionConfig, dict[str, float]]:
-    """Time `configs` (default `attention_configs(head_dim)`) on these inputs; return the
-    fastest and {label: median ms}. Configs that fail to compile are skipped.
+    """Time `configs` (default `attention_configs(head_dim)`, or with `pv_flush=True`
+    `PV_FLUSH_CANDIDATES`) on these inputs; return the fastest and {label: median ms}. Configs
+    that fail to compile are skipped; bad inputs raise as `fp8_attention` raises them.
 
-    The winner becomes `fp8_attention`'s default for (head_dim, causal) in this process
-    (the block size changes the accumulation order, hence the last bits of the output).
+    The winner becomes `fp8_attention`'s default for (head_dim, causal) in this process, in the
+    table of its `pv_flush` (the block size changes the accumulation order, hence the last bits
+    of the output).
     """
     from triton.testing import do_bench
 
+    d = q.shape[-1]
+    pv_flush = check_flag("pv_flush", kwargs.get("pv_flush", False))
+    configs = configs or (PV_FLUSH_CANDIDATES.get(triton.next_power_of_2(d), []) if pv_flush else attention_configs(d))
+    mixed = [c.label() for c in configs if c.pv_flush != pv_flush]
+    if mixed:
+        raise ValueError(f"configs: every config's pv_flush must be {pv_flush} (the call's), got {mixed}")
     if q.device.type != "cuda":
         raise ValueError(f"tune_attention times kernels on a GPU; got tensors on {q.device}")
-    d = q.shape[-1]
+    fp8_attention(q, k, v, causal=causal, **kwargs)  # the inputs, checked once with the default config
     times: dict[str, float] = {}
     best: AttentionConfig | None = None
-    for cfg in configs or attention_configs(d):
+    for cfg in configs:
         try:
             ms = do_bench(lambda: fp8_attention(q, k, v, causal=causal, config=cfg, **kwargs),
                           warmup=25, rep=100, return_mode="median")
-        except Exception:  # noqa: BLE001 - a config the compiler rejects (e.g. out of shared memory)
+        except (ValueError, TypeError):  # a config fp8_attention's own checks refuse: the caller's mistake
+            raise
+        except Exception:  # noqa: BLE001 - a config the compiler or the GPU rejects (e.g. out of shared memory)
             continue
         times[cfg.label()] = ms
         if best is None or ms < times[best.label()]:
             best = cfg
     if best is None:
         raise RuntimeError("tune_attention: no configuration compiled")
-    _MEASURED_DEFAULTS[(triton.next_power_of_2(d), causal)] = replace(best)
+    table = _PV_FLUSH_DEFAULTS if pv_flush else _MEASURED_DEFAULTS
+    table[(triton.next_power_of_2(d), causal)] = replace(best)
     return best, times

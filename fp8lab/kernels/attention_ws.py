@@ -115,6 +115,10 @@ class WsConfig:
     pv_halves: bool = False  # with pv_flush at head_dim 256: O and P V in two halves of head_dim, waited for in turn
 
     def __post_init__(self) -> None:
+        if self.block_n not in (32, 64, 128, 256) or not 1 <= self.stages <= 8:
+            # a power-of-two key block that an FP8 MMA can reduce over (>= 32), and a real ring of buffers
+            raise ValueError(f"WsConfig: block_n must be 32, 64, 128 or 256 and stages 1..8, got block_n="
+                             f"{self.block_n}, stages={self.stages}")
         if self.consumers not in (2, 3):
             raise ValueError(f"WsConfig: consumers must be 2 or 3, got {self.consumers}")
         if self.consumers == 3 and self.pingpong:
@@ -131,12 +135,15 @@ class WsConfig:
 
     @property
     def maxnreg(self) -> int:
-        """Registers per thread at launch: the consumers' warpgroups plus the loader's x this <= 64K."""
+        """Registers per thread at launch. The one-warp loader launches as a whole warpgroup (setmaxnreg
+        works per warpgroup), so a CTA is consumers + 1 warpgroups of 128 threads: (2 + 1) x 128 x 168
+        and (3 + 1) x 128 x 128 both fit an SM's 64K registers."""
         return 168 if self.consumers == 2 else 128
 
     @property
     def consumer_regs(self) -> int:
-        """Registers per consumer thread once the loader warp gave its own back (24)."""
+        """Registers per consumer thread once the loader's warpgroup has given its own back down to 24:
+        2 x 128 x 240 + 128 x 24 and 3 x 128 x 160 + 128 x 24 fit 64K."""
         return 240 if self.consumers == 2 else 160
 
     def label(self) -> str:
@@ -719,8 +726,10 @@ def fp8_attention_ws(
     config: WsConfig | None = None,
     pv_flush: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """FP8 attention with FA3's warp-specialized schedule (Hopper only); same contract as
-    `fp8lab.kernels.fp8_attention` for batched inputs.
+    """FP8 attention with FA3's warp-specialized schedule (Hopper only); the same inputs, checks and
+    results as `fp8lab.kernels.fp8_attention` for batched inputs, except: the descales are keyword
+    arguments, the call always returns `(out, lse)`, V comes pre-transposed (below), and descale
+    values are not read back (no device sync; `fp8_attention(..., check_descales=True)` does).
 
     q (b, s_q, h, d), k (b, s_k, hk, d): float8_e4m3fn, head_dim contiguous; v (b, s_k, hk, d)
     pre-transposed (`pretranspose_v`), or `key_ordered_vt(v)`: the same values with the keys
@@ -785,16 +794,19 @@ def fp8_attention_ws(
         raise ValueError(f"pv_flush=True, but config {config.label()} has pv_flush=False: set it in the config, "
                          "or leave config=None for default_ws_config(..., pv_flush=True)")
     cfg = config or default_ws_config(d, causal, keyed, pv_flush)
+    if q.numel() == 0 or s_k == 0:  # no TMA descriptor may have a zero size: fp8_attention's zeros and -inf
+        out = torch.zeros((b, s_q, h, d), dtype=torch.bfloat16, device=q.device)
+        return out, torch.full((b, h, s_q), float("-inf"), dtype=torch.float32, device=q.device)
     q_rows, q_stride = _row_view(q, "q")
     k_rows, k_stride = _row_view(k, "k")
 
     fp8 = gl.float8e4nv
-    q_layout = gl.NVMMASharedLayout.get_default_for([64, d], fp8)
-    k_layout = gl.NVMMASharedLayout.get_default_for([cfg.block_n, d], fp8)
-    v_layout = gl.NVMMASharedLayout.get_default_for([d, cfg.block_n], fp8)
-    q_desc = TensorDescriptor(q, [q_rows, h * d], [q_stride, 1], [64, d], q_layout)
-    k_desc = TensorDescriptor(k, [k_rows, hk * d], [k_stride, 1], [cfg.block_n, d], k_layout)
-    vt_desc = TensorDescriptor(vt, [b * hk * d, vt_keys], [vt_keys, 1], [d, cfg.block_n], v_layout)
+    q_smem = gl.NVMMASharedLayout.get_default_for([64, d], fp8)  # shared-memory layouts of the TMA tiles
+    k_smem = gl.NVMMASharedLayout.get_default_for([cfg.block_n, d], fp8)
+    vt_smem = gl.NVMMASharedLayout.get_default_for([d, cfg.block_n], fp8)
+    q_desc = TensorDescriptor(q, [q_rows, h * d], [q_stride, 1], [64, d], q_smem)
+    k_desc = TensorDescriptor(k, [k_rows, hk * d], [k_stride, 1], [cfg.block_n, d], k_smem)
+    vt_desc = TensorDescriptor(vt, [b * hk * d, vt_keys], [vt_keys, 1], [d, cfg.block_n], vt_smem)
 
     out = torch.empty((b, s_q, h, d), dtype=torch.bfloat16, device=q.device)
     lse = torch.empty((b, h, s_q), dtype=torch.float32, device=q.device)

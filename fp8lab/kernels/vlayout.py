@@ -4,7 +4,9 @@ An FP8 wgmma takes its B operand K-major only, so P @ V needs V^T's rows (one pe
 column) with the keys contiguous, the transpose of FA3's layout. `fp8lab.kernels.pretranspose_v`
 and `key_ordered_vt` store V so; on a GPU both run `transpose_keys`: each program loads a tile
 of keys x head_dim (coalesced along head_dim), transposes it on chip and stores it along the
-keys, optionally with the keys of every 32 in `key_order` (where P's registers hold them).
+keys, optionally with key c of every 32 stored at column `key_order(c)` (where P's registers,
+relabelled by `in_key_order`, hold its probability; the Triton kernel instead reads K's rows in the
+inverse direction, column c holding key `key_order(c)`: notebook 08 (j)).
 torch's strided copy does the same transpose of one-byte elements an order of magnitude slower
 (v1: 0.38 ms for 64 MiB).
 """
@@ -43,9 +45,9 @@ def _transpose_keys_kernel(V, VT, seqlen, seqlen_out, heads, head_dim,
 
 def transpose_keys(v: torch.Tensor, seqlen_out: int, key_ordered: bool = False) -> torch.Tensor:
     """V (b, s, h, d), any strides with head_dim contiguous, one byte per element, as a contiguous
-    (b, h, d, seqlen_out) buffer of the same dtype: keys past s are zeros; with `key_ordered` the
-    keys of every 32 in `key_order` (seqlen_out then a multiple of 32). CUDA, or the CPU under
-    TRITON_INTERPRET=1."""
+    (b, h, d, seqlen_out) buffer of the same dtype: keys past s are zeros; with `key_ordered` key
+    c of every 32 at column `key_order(c)` (seqlen_out then a multiple of 32). CUDA, or the CPU
+    under TRITON_INTERPRET=1."""
     if v.dim() != 4 or v.element_size() != 1 or v.stride(-1) != 1:
         raise ValueError(f"v: expected a (b, s, h, d) tensor of one-byte elements with head_dim contiguous, got "
                          f"{v.dtype} shape {tuple(v.shape)} strides {v.stride()}")
