@@ -21,7 +21,7 @@ import torch
 
 from fp8lab.kernels import attention as A
 from fp8lab.kernels import attention_ws as W
-from fp8lab.kernels import pretranspose_v
+from fp8lab.kernels import fp8_attention, pretranspose_v
 from fp8lab.reference.exact import attention_exact
 from fp8lab.reference.fa3 import attention_fa3_fp8
 
@@ -213,6 +213,21 @@ def test_gpu_matches_emulation(d, causal):
                 assert torch.equal(halves_lse, plain_c), c.label()
         assert torch.equal(flush_lse, W.fp8_attention_ws(q, k, v_in, q_descale=qd, k_descale=kd, v_descale=vd,
                                                          causal=causal)[1])
+
+
+@pytest.mark.gpu
+@pytest.mark.hopper
+@needs_gluon
+def test_gpu_empty_inputs_give_what_the_triton_kernel_gives():
+    """No queries, or no keys: zeros and -inf, before any TMA descriptor of a zero size is built."""
+    gen = torch.Generator().manual_seed(9)
+    for s_q, s_k in ((0, 64), (64, 0)):
+        q, k, v = fp8(gen, 1, s_q, 2, 64, device="cuda"), fp8(gen, 1, s_k, 2, 64, device="cuda"), \
+            fp8(gen, 1, s_k, 2, 64, device="cuda")
+        want, want_lse = fp8_attention(q, k, v, return_lse=True)
+        for v_in in (pretranspose_v(v), W.key_ordered_vt(v)):
+            out, lse = W.fp8_attention_ws(q, k, v_in)
+            assert torch.equal(out, want) and torch.equal(lse, want_lse), (s_q, s_k)
 
 
 @pytest.mark.gpu

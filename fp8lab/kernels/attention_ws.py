@@ -773,8 +773,8 @@ def fp8_attention_ws(
     if keyed:
         vt_keys = vt.shape[-1]  # V^T rows of seqlen_k rounded up to 32 keys
     else:
-        if vt.stride(1) != 1 or vt.stride(3) != s_k or vt.stride(2) != d * s_k or (
-                b > 1 and vt.stride(0) != hk * d * s_k):
+        if s_k and (vt.stride(1) != 1 or vt.stride(3) != s_k or vt.stride(2) != d * s_k or (
+                b > 1 and vt.stride(0) != hk * d * s_k)):  # (no keys: nothing is read, any strides)
             raise ValueError(
                 f"v: the warp-specialized kernel needs V pre-transposed (pretranspose_v: strides of a (b, hk, d, "
                 f"s_k) buffer, {(hk * d * s_k, 1, d * s_k, s_k)}), or key_ordered_vt(v); got {tuple(vt.stride())}"
