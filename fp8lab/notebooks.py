@@ -145,6 +145,9 @@ def _spec(name: str) -> NotebookSpec:
     raise ValueError(f"unknown notebook {name!r}; expected one of: {known} (or its number)")
 
 
+HIDE_INPUT = "hide-input"  # the tag of solution cells: collapsed in JupyterLab, left out of the HTML report
+
+
 def _paired_notebook(py_path: Path):
     import jupytext
 
@@ -156,12 +159,15 @@ def _paired_notebook(py_path: Path):
         if cell.cell_type == "code":
             cell.outputs = []
             cell.execution_count = None
+            if HIDE_INPUT in cell.metadata.get("tags", ()):  # solutions open collapsed in JupyterLab
+                cell.metadata["jupyter"] = {"source_hidden": True}
         cell["id"] = f"cell-{i:02d}"  # stable ids keep diffs of the pair quiet
     return nb
 
 
-def _cells_signature(nb) -> list[tuple[str, str, tuple[str, ...]]]:
-    return [(c.cell_type, c.source.strip(), tuple(c.metadata.get("tags", ()))) for c in nb.cells]
+def _cells_signature(nb) -> list[tuple[str, str, tuple[str, ...], bool]]:
+    return [(c.cell_type, c.source.strip(), tuple(c.metadata.get("tags", ())),
+             bool(c.metadata.get("jupyter", {}).get("source_hidden"))) for c in nb.cells]
 
 
 def sync(check: bool = False, directory: Path | None = None, names: list[str] | None = None) -> list[str]:
@@ -217,8 +223,12 @@ def _failed_cell(exc: Exception, output_nb: Path) -> str:
 def _to_html(executed: Path) -> Path:
     import nbformat
     from nbconvert import HTMLExporter
+    from traitlets.config import Config
 
-    body, _ = HTMLExporter().from_notebook_node(nbformat.read(executed, as_version=4))
+    config = Config()  # the report shows what a solution cell prints, not the solution itself
+    config.TagRemovePreprocessor.enabled = True
+    config.TagRemovePreprocessor.remove_input_tags = (HIDE_INPUT,)
+    body, _ = HTMLExporter(config=config).from_notebook_node(nbformat.read(executed, as_version=4))
     target = executed.with_suffix(".html")
     target.write_text(body)
     return target

@@ -10,6 +10,16 @@
 # 2. how a tensor becomes FP8 (a scale, a cast) and what it loses;
 # 3. how FP8 attention compares with exact attention, and with bf16 attention;
 # 4. where to go next.
+#
+# **Words used here.** *amax*: the largest absolute value of a tensor (or of a slice of it).
+# *Scale and descale*: to use e4m3's range, x is divided by `descale = amax / 448` before the
+# cast, and the FP8 codes times the descale give x back. FA3's `q_descale`, `k_descale`,
+# `v_descale` are such descales, and so are vLLM's `q_scale`, `k_scale`, `v_scale`; libraries
+# that *multiply* by a scale (TransformerEngine, torchao) use `s = 1 / descale`. *bf16*: the 16-bit
+# float with float32's exponent range, the usual baseline. *GQA*: grouped-query attention,
+# several query heads sharing one K/V head. *rel L2*: `‖out - ref‖ / ‖ref‖`, the error measure of
+# every table here (the others in `fp8lab.metrics`: rmse, max_abs, rel_l1, cosine, and SQNR,
+# `10 log10(signal power / noise power)` in dB).
 
 # %% tags=["parameters"]
 smoke: bool = False  # small sizes for CI
@@ -69,7 +79,7 @@ decisions
 # ## 2. A tensor in FP8
 #
 # e4m3 keeps 3 mantissa bits and reaches ±448. To use that range, a tensor is
-# divided by a scale first: `descale = amax / 448`, `x_fp8 = cast(x / descale)`,
+# divided by its descale first: `descale = amax / 448`, `x_fp8 = cast(x / descale)`,
 # and `x ≈ x_fp8 · descale`.
 
 # %%
@@ -80,20 +90,21 @@ print(f"e4m3fn: max {e4m3.max}, smallest normal {e4m3.min_normal}, smallest subn
 q, k, v = data.make_qkv(distribution, seqlen_q=seqlen, heads_q=heads_q, heads_kv=heads_kv, head_dim=head_dim,
                         seed=seed, device=device)
 strategy = scaling.ScaleStrategy(scaling.PerTensor())
-k8, k_descale = scaling.quantize(k, strategy)
-k_back = scaling.dequantize(k8, k_descale, strategy.granularity)
-print("K in FP8:", k8.dtype, tuple(k8.shape), " descale:", float(k_descale.flatten()[0]))
+k8_pt, k_descale_pt = scaling.quantize(k, strategy)  # "pt": per tensor (section 3 quantizes per head)
+k_back = scaling.dequantize(k8_pt, k_descale_pt, strategy.granularity)
+print("K in FP8:", k8_pt.dtype, tuple(k8_pt.shape), " descale:", float(k_descale_pt.flatten()[0]))
 table = metrics.error_table(k_back, k)
 record("k_per_tensor_rel_l2", table["rel_l2"])
 pd.Series(table, name="K after FP8 round trip").to_frame()
 
 # %% [markdown]
-# Every value lands on the e4m3 grid, so the relative error of one value is
-# at most half a step: 2⁻⁴ = 6.25 % for normal numbers. Most errors are far
-# smaller:
+# Every value lands on the e4m3 grid, so the error of one value is at most half a step. A step
+# is 2⁻³ of the value's power of two, so half a step is 2⁻⁴ of it, and relative to the value
+# itself at most 2⁻⁴ / (1 + 2⁻⁴) = 1/17 ≈ 5.9 % for normal numbers (just above a power of two).
+# Most errors are far smaller:
 
 # %%
-normal = (k / k_descale).abs() >= e4m3.min_normal  # elements that land in e4m3's normal range
+normal = (k / k_descale_pt).abs() >= e4m3.min_normal  # elements that land in e4m3's normal range
 rel = ((k_back - k)[normal] / k[normal]).double().cpu()
 max_rel = record("k_max_rel_error_normals", rel.abs().max().item())
 ax = sns.histplot(rel.numpy(), bins=80, stat="percent")
@@ -105,9 +116,11 @@ ax.set(xlabel="relative rounding error of one element (k_back - k) / k", ylabel=
 #
 # FA3 takes FP8 Q, K, V and float32 descales of shape `(batch, heads_kv)`.
 # We quantize per KV head (a GQA group of query heads shares Q's scale) and
-# call `fp8lab.attention`. On a Hopper GPU with FA3 installed this runs the
-# production kernel; elsewhere it runs the FA3 emulation, which follows the
-# kernel's FP8 numerics step by step.
+# call `fp8lab.attention`. What runs depends on the machine (notebook 04): on a Hopper GPU with
+# FA3 installed, the production kernel; on a Hopper GPU without it, or on Ada or Blackwell,
+# fp8lab's own FP8 kernels; on a CPU, `reference`: the FA3 emulation, which follows the kernel's
+# FP8 numerics step by step in PyTorch. A GPU without FP8 tensor cores (Ampere) has no FP8 kernel
+# at all; the cell then says so and runs the emulation.
 
 # %%
 per_head = scaling.ScaleStrategy(scaling.PerHead(heads_kv=heads_kv))
@@ -117,8 +130,14 @@ v8, v_descale = scaling.quantize_for_fa3(v, per_head, heads_kv)
 print("descale shape:", tuple(q_descale.shape), "dtype:", q_descale.dtype)
 
 exact = attention_exact(q, k, v, causal=True)
-out_fp8 = fp8lab.attention(q8, k8, v8, q_descale=q_descale, k_descale=k_descale, v_descale=v_descale,
-                           causal=True)
+fp8_args = dict(q_descale=q_descale, k_descale=k_descale, v_descale=v_descale, causal=True)
+try:
+    fp8_call = fp8lab.prepare_attention(q8, k8, v8, **fp8_args)  # checks and picks the provider once
+except fp8lab.BackendError as e:
+    print(f"no FP8 attention kernel on this machine ({str(e).splitlines()[0][:120]}...): the emulation instead")
+    fp8_call = fp8lab.prepare_attention(q8, k8, v8, **fp8_args, backend="reference")
+print("FP8 attention runs on:", fp8_call.decision.label())
+out_fp8 = fp8_call()
 out_bf16 = fp8lab.attention(q.bfloat16(), k.bfloat16(), v.bfloat16(), causal=True)
 errors = pd.DataFrame({
     "bf16 attention": metrics.error_table(out_bf16, exact),
@@ -134,7 +153,7 @@ ax.set(yscale="log", ylabel="relative L2 error vs float64 (log scale)", xlabel="
 
 # %% [markdown]
 # ## Summary
-# * One FP8 value keeps 3 mantissa bits: rounding costs up to 6 % per element, about 2–3 % RMS.
+# * One FP8 value keeps 3 mantissa bits: rounding costs up to 1/17 ≈ 5.9 % per element, about 2–3 % RMS.
 # * Attention in FP8 is roughly an order of magnitude less accurate than in bf16, and the error
 #   depends on the scales and on the inputs' outliers.
 # * Next: `01_fp8_numerics` (the formats), `02_scale_strategies` and `03_per_head_scales_and_strides`
@@ -142,8 +161,13 @@ ax.set(yscale="log", ylabel="relative L2 error vs float64 (log scale)", xlabel="
 #   (where the error comes from), `06_fp8_kv_cache`, `07_performance`, `08_triton_fp8_attention`.
 #
 # ## Exercises
-# 1. Set `distribution = "fa3_outliers"` in the parameters cell and rerun. Which error grows more, bf16's or FP8's?
-# 2. Replace `PerHead` by `PerTensor` in section 3. Does the FP8 error change on `normal` inputs? On `head_ranges`?
+# 1. Set `distribution = "fa3_outliers"` in the parameters cell and rerun. By what factor does each
+#    error grow, bf16's and FP8's? (Compare ratios, not differences; notebook 05 (a) measures the
+#    FA3 paper's table on these inputs.)
+# 2. Replace `PerHead` by `PerTensor` in section 3. Does the FP8 error change on `normal` inputs,
+#    whose heads all have alike ranges? Notebook 03 (section 1) shows where per-head scales pay:
+#    once the heads' ranges span more binades than e4m3's normal range, and in the worst head's
+#    error rather than the whole output's, which the large heads dominate.
 # 3. What is the largest relative error rounding can cause for a value in e4m3's normal range?
 #    (Answer: half a step, which is 2⁻⁴ of the value's power of two, since a step is 2⁻³ of it;
 #    relative to the value itself, at most 2⁻⁴ / (1 + 2⁻⁴) = 1/17, just above a power of two.

@@ -28,6 +28,7 @@ seed: int = 0
 # Set-up (safe to skip).
 
 # %%
+import json
 import math
 
 import matplotlib.pyplot as plt
@@ -35,7 +36,7 @@ import pandas as pd
 import seaborn as sns
 import torch
 
-from fp8lab import data, formats
+from fp8lab import data, env, formats
 from fp8lab.notebooks import record
 from fp8lab.plots import numerics as plots
 
@@ -154,8 +155,10 @@ print(f"nearest: {formats.quantize(one[:1], e4m3fn).item()}, stochastic mean ove
       f"{sr.mean().item():.4f} (expected 1.03 +- {sigma:.4f}), values seen: {sorted(set(sr.tolist()))}")
 
 # %% [markdown]
-# Across the element formats, in relative terms: e5m2 has one mantissa bit
-# fewer, so its relative error is twice e4m3's.
+# (`rms_rel_error` above includes the N(0,1) draws below e4m3's normal range, 2^-6, whose relative
+# error is larger: a subnormal keeps fewer bits. The table below keeps the normal range only,
+# hence its smaller e4m3 figure.) Across the element formats, in relative terms: e5m2 has one
+# mantissa bit fewer, so its relative error is twice e4m3's.
 
 # %%
 errors_all = plots.rounding_error_frame(x[x.abs() > 2**-6], plots.ELEMENT_FORMATS)  # normal range of all four
@@ -183,8 +186,10 @@ best = sweep.loc[sweep.groupby("format").rel_l2.idxmin()].set_index("format")
 best
 
 # %% [markdown]
-# The usual per-tensor scale maps the tensor's amax onto the format's max
-# (`s = max / amax`, vLLM and torchao compute it this way):
+# The usual per-tensor scale maps the tensor's amax onto the format's max: x is multiplied by
+# `s = max / amax` (as torchao and TransformerEngine do), or, the same thing, divided by the
+# descale `amax / max` (FA3's `*_descale`; vLLM's `k_scale` is such a descale, though its dynamic
+# ones divide by 200 or 100, not 448, to leave headroom):
 
 # %%
 amax = k.abs().max().item()
@@ -201,9 +206,9 @@ record("rel_l2_amax_scale", amax_scaling["rel_l2 at amax scale"].to_dict())
 amax_scaling
 
 # %% [markdown]
-# e5m2's window is far wider than any scale error a per-tensor amax leaves,
-# so its extra range buys nothing once a scale is chosen, while e4m3's extra
-# mantissa bit halves the error everywhere inside the window. That is why the
+# e4m3's window (about 11 binades within 2x of its best error) already covers any scale error a
+# per-tensor amax leaves, so e5m2's wider window buys nothing once a scale is chosen, while
+# e4m3's extra mantissa bit halves the error everywhere inside the window. That is why the
 # forward pass (activations, Q, K, V and the softmax probabilities P, which
 # FA3 keeps in [0, 256]) uses e4m3; e5m2's range is for gradients, whose
 # magnitudes spread over many more binades and change from step to step.
@@ -283,11 +288,12 @@ rows = pd.DataFrame(probe["rows"])
 rows[(rows.format == "e4m3fn") & rows.kind.isin(["overflow", "infinity", "nan"])].set_index("case")
 
 # %% [markdown]
-# On a GPU the same probe runs on CUDA. The kit's reference notes record torch
-# 2.11 on an H200 giving NaN for 500 and for inf in e4m3fn (a measurement made
-# elsewhere, not on this machine), and ml_dtypes (JAX's FP8 types) giving NaN
-# too; Hopper's conversion instruction used inside kernels
-# (`cvt.rn.satfinite`) saturates.
+# On a GPU the same probe runs on CUDA, and the kit keeps one such run: torch 2.11 on an H200
+# (`results/h200/cast_probe_h200.json`, made with `scripts/probe_casts.py`), shown below beside
+# this machine's. ml_dtypes (JAX's FP8 types, when installed) gives NaN too; Hopper's conversion
+# instruction used inside kernels (`cvt.rn.satfinite`) saturates. The recorded run and this one
+# differ in torch version *and* device at once, so the table shows that casts disagree, not which
+# of the two decides.
 
 # %%
 others = {}
@@ -296,8 +302,12 @@ if torch.cuda.is_available():
 ml = formats.probe_ml_dtypes()
 if ml is not None:
     others[f"ml_dtypes {ml['version']}"] = ml
+recorded = env.results_dir() / "cast_probe_h200.json"
+if recorded.exists():
+    rec = json.loads(recorded.read_text())
+    others[f"recorded: torch {rec['torch']} on {rec['context']['gpu']} ({rec['context']['date'][:10]})"] = rec
 if not others:
-    print("no CUDA device and no ml_dtypes here: only torch's CPU cast was probed")
+    print("no CUDA device, no ml_dtypes and no recorded GPU probe here: only torch's CPU cast was probed")
 others[f"torch {probe['torch']} cpu"] = probe
 pd.DataFrame({lib: {n: i.get("overflow") for n, i in p["formats"].items()} for lib, p in others.items()})
 
@@ -344,8 +354,8 @@ pd.DataFrame({"input": edge.tolist(), "cast_to_fp8": cast.float().tolist(), "qua
 #   the window, precision is all that matters, so attention's forward pass uses
 #   e4m3 (half the error of e5m2).
 # - fnuz formats: bias + 1 (values halved), one NaN at 0x80, no -0, no inf.
-# - Casts disagree on overflow (saturate or NaN) across libraries, versions and
-#   devices. Clamp before casting (`cast_to_fp8`), and never feed float64 to a
+# - Casts disagree on overflow (saturate or NaN): torch 2.13 on a CPU saturates, torch 2.11 on an
+#   H200 and ml_dtypes give NaN. Clamp before casting (`cast_to_fp8`), and never feed float64 to a
 #   torch FP8 cast directly.
 #
 # ## Exercises

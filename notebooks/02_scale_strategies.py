@@ -15,7 +15,10 @@
 # 5. what power-of-two scales cost.
 #
 # Everything here calls `fp8lab.scaling` (strategies), `fp8lab.data` (inputs) and
-# `fp8lab.metrics` (errors); the notebook only runs and plots.
+# `fp8lab.metrics` (errors); the notebook only runs and plots. SQNR, the signal-to-quantization-
+# noise ratio, is `10 log10(Σ x² / Σ (x_back - x)²)` in dB: higher is better, and every 6 dB is
+# one more bit of precision. At full size the notebook takes a few minutes on a laptop's CPU (the
+# calibration and strategy tables most); `smoke=True` runs it small.
 
 # %% tags=["parameters"]
 smoke: bool = False  # small sizes for CI
@@ -92,7 +95,7 @@ one
 # %% [markdown]
 # The round trip's relative error sits near the format's: each element is rounded to
 # 3 mantissa bits: half a step at worst, 2^-4 of its binade's base, which is 1/17 of the value
-# (just above a power of two), and about a third of that on average.
+# (just above a power of two); the relative L2 of the round trip is about half of that.
 #
 # ## 2. Every strategy on every distribution
 #
@@ -323,11 +326,13 @@ record("pow2_cost_db", pow2_table["cost (dB)"].round(3).to_dict())
 pow2_table
 
 # %% [markdown]
-# The cost is a fraction of a dB (it can even come out negative: where the amax happens to
-# fall in its binade decides the last few tenths). The relative precision of e4m3 does not depend
-# on where in the range a value sits, so losing part of the top binade only shows where
-# the largest values carry much of the energy (sinks, outliers) or values fall into
-# the subnormals.
+# The cost is a tenth of a dB or less here (it can even come out negative: where the amax happens
+# to fall in its binade decides the last few hundredths). The relative precision of e4m3 does not
+# depend on where in the range a value sits, so losing part of the top binade costs only where
+# values are pushed into the subnormals: the smallest values of a head, or a whole small head.
+# This table is per head and whole-tensor; on `head_ranges` the worst head of a *per-tensor*
+# scale loses more (section 2's worst-head view), because there the lost binade pushes a small
+# head further down.
 #
 # ## Summary
 #
@@ -340,7 +345,8 @@ pow2_table
 # * Delayed scaling is one step late by construction: it saturates on range jumps
 #   and holds stale large scales for `history_len` steps after a drop. What it buys is
 #   one pass over the data (`fp8lab.kernels.quantize_delayed`).
-# * Power-of-two descales cost a fraction of a dB.
+# * Power-of-two descales cost a tenth of a dB or less per head; more where a shared scale already
+#   pushes small heads toward the subnormals.
 #
 # ## Exercises
 #

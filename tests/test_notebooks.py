@@ -37,6 +37,21 @@ def test_jupytext_pairs_are_in_sync():
     assert sorted(p.stem for p in NB_DIR.glob("[0-9][0-9]_*.py")) == FILES
 
 
+def test_solutions_open_collapsed_and_stay_out_of_the_report(tmp_path):
+    """Cells tagged hide-input are collapsed in JupyterLab (source_hidden) and the HTML report
+    leaves their source out, keeping what they print."""
+    pytest.importorskip("nbconvert", reason="the notebook tools (`./kit` installs them)")
+    nb = nbformat.read(NB_DIR / "08_triton_fp8_attention.ipynb", as_version=4)
+    solutions = [c for c in nb.cells if notebooks.HIDE_INPUT in c.metadata.get("tags", [])]
+    assert solutions and all(c.metadata["jupyter"]["source_hidden"] for c in solutions)
+    cell = nbformat.v4.new_code_cell("secret_answer = 42\nprint('shown')", metadata={"tags": ["hide-input"]})
+    cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text="shown\n")]
+    executed = tmp_path / "nb.ipynb"
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("visible = 1"), cell]), executed)
+    html = notebooks._to_html(executed).read_text()
+    assert "visible" in html and "shown" in html and "secret_answer" not in html
+
+
 def test_record_writes_figures(tmp_path, monkeypatch):
     path = tmp_path / "figs.json"
     monkeypatch.setenv(notebooks.FIGURES_ENV, str(path))
