@@ -280,7 +280,9 @@ def paged_decode(
     if not cache.fp8:
         raise ValueError(f"math='fa3_fp8' needs an FP8 cache, got kv_cache_dtype={cache.kv_cache_dtype!r}")
     if q_scale is None:
-        raise ValueError("math='fa3_fp8' needs the static q_scale vLLM quantizes Q with (a checkpoint's, or k_scale)")
+        raise ValueError("math='fa3_fp8' needs the static q_scale vLLM quantizes Q with: a checkpoint's, or for a "
+                         "checkpoint without one 1.0 (vLLM's fallback to k_scale is overwritten; "
+                         "fp8lab.scaling.resolve_checkpoint_scales)")
     q8 = scaled_fp8_quant(q, q_scale)
     k_descale, v_descale = cache.descales(n)
     q_descale = _check_scale("q_scale", q_scale).to(q.device).expand(n, cache.key_cache.shape[2])

@@ -77,8 +77,10 @@ ax = sns.heatmap(block_table.numpy(), cmap="viridis", cbar_kws={"label": "page i
 ax.set(xlabel="position in block table (page # of the sequence)", ylabel="sequence", title="Block table: pages per sequence")
 
 # %% [markdown]
-# The data: real K activations have a few large channels, V is tamer, and Q
-# is larger than both. We draw them so, with a fixed seed.
+# The data: real K activations have a few large channels, V is tamer, and Q's values are
+# typically larger than both (in RMS; K's outlier channels give K the largest amax). We draw them
+# so, with a fixed seed. The cache holds one *varlen* batch: the sequences' tokens one after the
+# other, with `cu_seqlens` marking where each starts.
 
 # %%
 total = sum(lens)
@@ -91,16 +93,25 @@ q = torch.randn(len(lens), heads_q, head_dim, generator=g, dtype=torch.float64) 
 # ## 3. Where the scales come from
 #
 # * **checkpoint**: calibrated offline, here amax/448 of this very data (the best a static scale can do);
+# * **checkpoint, k/v only**: many checkpoints ship `k_scale` and `v_scale` but no `q_scale`. vLLM
+#   means Q to fall back to `k_scale`, then overwrites the fallback with 1.0 (notebook 03, section
+#   5): both rows below, as vLLM runs it and as intended;
 # * **1.0**: what vLLM uses when a checkpoint has no scales (k and v default to 1.0);
-# * **dynamic**: vLLM's `calc_kv_scales`, amax/200 for Q and K, amax/100 for V, from the first batch.
+# * **dynamic**: vLLM's `calc_kv_scales` (deprecated 2026-03), amax/200 for Q and K, amax/100 for V,
+#   from the first batch.
+#
+# All of them are *descales*: the FP8 codes times the scale give the values back.
 #
 # e4m3 saturates at 448 and its smallest subnormal is 2⁻⁹: a scale that is
 # too small clips, one that is too large flushes small values to zero.
 
 # %%
 dyn_q, dyn_k, dyn_v = kvcache.vllm_dynamic_scales(q, k, v)
+ck = (q.abs().max().item() / 448, k.abs().max().item() / 448, v.abs().max().item() / 448)
 scale_choices = {
-    "checkpoint (amax/448)": (q.abs().max().item() / 448, k.abs().max().item() / 448, v.abs().max().item() / 448),
+    "checkpoint (amax/448)": ck,
+    "checkpoint k/v only, vLLM (q 1.0)": (1.0, ck[1], ck[2]),
+    "checkpoint k/v only, intended (q = k_scale)": (ck[1], ck[1], ck[2]),
     "default 1.0": (1.0, 1.0, 1.0),
     "dynamic (amax/200, /100)": (dyn_q, dyn_k, dyn_v),
 }
@@ -153,12 +164,27 @@ ax.set(xscale="log", xlabel="relative L2 error of the decode output (log scale)"
 decode
 
 # %% [markdown]
+# Read it pair by pair: `fa3_fp8` adds 1-11 % to each row's `dequantized` error, so storage is most
+# of the decode error and Q's and P's casts add the rest. The decode error is several times the
+# storage error of section 3 because these random Q and K give sharp softmaxes, in which a few keys
+# carry each query's weight, and a small change to K moves weight between them. The differences
+# between the rows are within what another seed changes (their order moves from seed to seed).
+# The k/v-only checkpoint costs nothing here either way: Q's values sit inside e4m3's normal range
+# unscaled, and `k_scale` (set by K's outlier channels) keeps them inside it too. Where Q lies far
+# from that range, vLLM's 1.0 does cost; notebook 03, section 5 sweeps Q's range to show where.
+
+# %% [markdown]
 # ## 5. Stride 0 is not a special case
 #
 # vLLM passes `layer._k_scale.expand((num_seqs, num_kv_heads))`: a view whose
 # strides are `(0, 0)`. FA3 reads `descale[b * stride0 + h * stride1]`, so the
-# view and a materialized copy hold the same values at the same indices. We
-# check it on the emulation with a *non-trivial* scale.
+# view and a materialized copy hold the same values at the same indices. The emulation below
+# reads descales through torch indexing, so for it the equality holds by construction: it shows
+# the contract with a *non-trivial* scale. Whether a kernel keeps it, reading raw pointers with
+# strides, is what the GPU suite's `test_descale_layouts_agree_bitwise` checks (stride-0,
+# transposed and materialized descales, bit for bit, for every FP8 provider on the H200:
+# fa3-fwd, vLLM's library and our kernels, `results/h200/run25/call2`), and notebook 03
+# (section 2) runs our kernel with each layout here.
 
 # %%
 qs, cache = caches["checkpoint (amax/448)"]
@@ -213,7 +239,7 @@ for name, spec in gating.PROVIDERS.items():
     before, _ = gating.provider_reasons(spec, hopper, eager, env={})
     after, _ = gating.provider_reasons(spec, hopper, captured, env={})
     rows.append({"provider": name, "backend": spec.backend, "eager": "runs" if not before else "no",
-                 "captured": "runs" if not after else "no",
+                 "captured": "runs" if not after else "no", "why not, eager": "; ".join(before),
                  "what capture adds": "; ".join(r for r in after if r not in before)})
 capture_table = pd.DataFrame(rows)
 record("captured_varlen_fp8_providers", [r["provider"] for r in rows if r["captured"] == "runs"])
@@ -233,7 +259,10 @@ import fp8lab
 from fp8lab import bench, env
 
 if torch.cuda.is_available():
-    dev_args = [t.cuda() for t in (q8, k8, v8, q_desc.contiguous(), k_desc.contiguous(), v_desc.contiguous())]
+    n = len(lens)  # stride-0 descales made on the device, as vLLM's expand() makes them
+    stride0 = [torch.tensor(float(x), dtype=torch.float32, device="cuda").expand(n, heads_kv)
+               for x in (qs, cache.k_scale, cache.v_scale)]
+    dev_args = [t.cuda() for t in (q8, k8, v8)] + stride0
     cu_args = dict(cu_seqlens_q=cu_q.cuda(), cu_seqlens_k=cu_k.cuda(), max_seqlen_q=1, max_seqlen_k=max(lens))
 
     def decode_step():
@@ -243,6 +272,8 @@ if torch.cuda.is_available():
     try:
         graph, replayed = bench.capture_graph(decode_step)  # an eager warm-up call, then the capture
         dev_args[0].copy_(kvcache.scaled_fp8_quant(torch.randn(q.shape, generator=g), qs))  # the next step's query
+        new_lens = lens[::-1]  # other lengths, the same tokens and bound: read from cu_seqlens at the replay
+        cu_args["cu_seqlens_k"].copy_(torch.tensor([0, *torch.tensor(new_lens).cumsum(0).tolist()], dtype=torch.int32))
         graph.replay()
         same = bool(torch.equal(replayed, decode_step()))
         record("graph_live_replay_equals_eager", same)
@@ -257,19 +288,21 @@ recorded[["backend", "varlen", "result", "replay_equals_eager", "eager_lengths"]
     columns={"eager_lengths": "cu_seqlens at the replay"})
 
 # %% [markdown]
-# The Gluon kernel takes batched calls only, so it has no varlen row. SDPA and the reference loop
-# over the sequences on the host, so they are refused under capture with that reason.
+# Capture costs only the reference: it loops over the sequences on the host. SDPA's providers
+# already refuse FP8 inputs eagerly, FA2's too, and the Gluon kernel takes batched calls only (the
+# `why not, eager` column), which is also why the H200's record has no varlen row for it.
 
 # %% [markdown]
 # ## Summary
 # * An FP8 cache holds twice the tokens of a bf16 one.
-# * Scales decide the storage error only where they push values out of e4m3's normal range: with
-#   the 1.0 default, small K/V values go subnormal or flush to zero and large ones saturate. Inside
-#   the range, any scale leaves e4m3's rounding error, which is what all three choices give here
-#   (a rel. L2 of about 0.026, 2^-5.3: e4m3 rounds by at most 1/17 of a value, a third of that on
-#   average). Storing a value as ±448 is not clipping it: with amax/448, each tensor's largest
+# * Scales decide the storage error only where they push values out of e4m3's normal range: a
+#   scale of 1.0 would saturate values beyond 448 and send those below 2^-6 into the subnormals.
+#   These K and V lie inside the range even unscaled, so every choice leaves the same e4m3 rounding
+#   error here (a rel. L2 of about 0.026, 2^-5.3: e4m3 rounds by at most 1/17 of a value, about
+#   half that in RMS terms). Storing a value as ±448 is not clipping it: with amax/448, each tensor's largest
 #   value lands there exactly (`clipped %` counts the values beyond 448 before the cast).
-# * FA3's FP8 path adds Q's and P's quantization on top of the storage error. Over long contexts it
+# * FA3's FP8 path adds Q's and P's quantization on top of the storage error: a few per cent of it
+#   here, where every Q scale keeps Q in range (vLLM's 1.0 for k/v-only checkpoints included). Over long contexts it
 #   adds one more: Hopper's FP8 MMA keeps about 13 bits of O's running sum, so upstream FA3
 #   (fa3-fwd) reaches a rel. L2 of 0.44 at 64k keys on V + 1 inputs, where vLLM's FA3, which adds
 #   each key block to O in fp32, stays at 0.0024; `fp8lab.attention(..., pv_flush=True)` does the
@@ -280,16 +313,36 @@ recorded[["backend", "varlen", "result", "replay_equals_eager", "eager_lengths"]
 #
 # ## Exercises
 # 1. A checkpoint's scales were calibrated on V, but the V it meets in serving is 100 times larger.
-#    Keep the scales of section 3 and quantize `v * 100` with them: which choices saturate V?
-#    (Answer: the checkpoint and dynamic scales, both computed from the *old* V: static scales do not
-#    follow the data. The 1.0 default still fits: 100·V stays below 448. The check below computes it.)
-# 2. Set `block_size = 1` in the parameters. Does any error change? (Answer: no; pages change where tokens
-#    live, never their values, and the pages draw from their own generator. `record`ed figures stay
-#    identical.)
-# 3. Pass `q_scale=qs / 8` to `kvcache.paged_decode` for the checkpoint scales: how much does
-#    `fa3_fp8`'s error grow, and why? (Q saturates at 448: the largest scores are clipped.)
+#    Keep the scales of section 3 and quantize `v * 100` with them: which choices saturate V? Set
+#    `answer_1` to the set of their labels.
+# 2. Set `block_size = 1` in the parameters and rerun. Does any error change, and why? (No cell:
+#    compare the tables.)
+# 3. Pass `q_scale=qs / 8` to `kvcache.paged_decode` for the checkpoint scales: by what factor does
+#    `fa3_fp8`'s error grow? Set `answer_3`. What fraction of Q's values saturate at 448?
 
 # %%
-# Check for exercise 1, computed from the same data:
-v_big = v * 100
-print({label: bool((v_big / vs).abs().max() > 448) for label, (_, _, vs) in scale_choices.items()})
+answer_1 = None  # a set of scale_choices labels
+answer_3 = None  # a factor
+
+# %% tags=["solution", "hide-input"]
+# Solution (collapsed; it fills in only an answer left at None): static scales do not follow the
+# data, so every choice computed from the old V saturates; 1.0 still fits wherever 100·V stays
+# below 448. A Q descale 8 times too small clips every Q value above 448 · qs / 8, and with them the
+# largest scores, which the softmax weighs most. (Exercise 2: no error changes; pages change where
+# tokens live, never their values, and the pages draw from their own generator.)
+if answer_1 is None:
+    answer_1 = {label for label, (_, _, vs) in scale_choices.items() if (v * 100 / vs).abs().max() > 448}
+qs_ck, cache_ck = caches["checkpoint (amax/448)"]
+if answer_3 is None:
+    small = kvcache.paged_decode(q, cache_ck, block_table, lens, q_scale=qs_ck / 8)
+    answer_3 = metrics.rel_l2(small.double(), exact) / decode.set_index(["scales", "math"]).loc[
+        ("checkpoint (amax/448)", "fa3_fp8"), "rel L2 vs exact"]
+
+# %%
+saturating = {label for label, (_, _, vs) in scale_choices.items() if bool((v * 100 / vs).abs().max() > 448)}
+assert set(answer_1) == saturating, f"exercise 1: expected {sorted(saturating)}"
+base = metrics.rel_l2(kvcache.paged_decode(q, cache_ck, block_table, lens, q_scale=qs_ck).double(), exact)
+grown = metrics.rel_l2(kvcache.paged_decode(q, cache_ck, block_table, lens, q_scale=qs_ck / 8).double(), exact)
+assert abs(answer_3 - grown / base) < 1e-6 * grown / base, f"exercise 3: expected {grown / base:.2f}"
+print(f"1: {sorted(answer_1)} saturate   3: the error grows {answer_3:.1f}x; "
+      f"{float(((q / (qs_ck / 8)).abs() > 448).double().mean()):.0%} of Q's values saturate")

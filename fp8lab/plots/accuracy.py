@@ -70,7 +70,8 @@ def plot_fidelity(df: pd.DataFrame, target: float = 0.1, ax: plt.Axes | None = N
     """Bars: |emulation - FA3| / |FA3 - exact| per case and provider, with the target line."""
     ax = ax or plt.subplots(figsize=(10, 4))[1]
     d = df.copy()
-    d["case"] = d["dist"] + " d" + d["head_dim"].astype(str) + d["causal"].map({True: " causal", False: ""})
+    d["case"] = (d["dist"] + " d" + d["head_dim"].astype(str) + d["causal"].map({True: " causal", False: ""})
+                 + (" h" + d["heads"].astype(str) if "heads" in d else ""))  # GQA cases are their own bars
     sns.barplot(data=d, x="case", y="ratio", hue="provider", ax=ax)
     ax.axhline(target, color="k", ls="--", lw=1, label=f"target {target:g}")
     ax.set_xlabel("")
