@@ -817,7 +817,7 @@ vl
 # the varlen path is not the cause: vLLM 0.33.0's build is. v28 found a candidate (section (b)):
 # vLLM's library adds every key block's P·V into O in fp32, and at head dim 256 that second fp32
 # tile does not fit beside O in a consumer's registers. Our Gluon kernel flushing the whole width
-# there spilled and ran at 383 TFLOP/s, close to vLLM's 360-380; computed in two halves it runs at
+# there spilled and ran at 383 TFLOP/s, close to vLLM's 350-380; computed in two halves it runs at
 # 961. That vLLM's kernel spills for the same reason is our reading; its SASS was not examined.
 
 # %% [markdown]
@@ -913,9 +913,10 @@ else:
 #   FP8 varlen path everywhere. vLLM's path does more, though: it adds each key block's P·V to O
 #   in fp32, which keeps long contexts accurate (0.0024 rel L2 at 16k keys against 0.185). With
 #   the same two-level sum (`pv_flush=True`, v28) ours still beats it everywhere (1.11-1.23x,
-#   2.3-2.6x at head dim 256) and runs at 0.82-0.98x fa3-fwd. The one-median grids before it missed one case about a third of the
-#   time, each time having timed it in the clock's swing after an idle compile; benchmarks on a
-#   power-limited card need interleaved rounds after the load settles. The older v2 grid understated
+#   2.3-2.6x at head dim 256) and runs at 0.82-0.98x fa3-fwd.
+# - The one-median grids before v23 missed one case about a third of the time, each time having
+#   timed it in the clock's swing after an idle compile; benchmarks on a power-limited card need
+#   interleaved rounds after the load settles. The older v2 grid understated
 #   ours: device syncs sat inside its timed calls.
 # - Attention is compute-bound. At small head dims the exp2 model's ceiling lies below the FP8
 #   GEMM's, so the softmax is the larger share of each score's cost; no kernel here reaches either.
