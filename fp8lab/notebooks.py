@@ -28,11 +28,13 @@ __all__ = [
     "NotebookResult",
     "NotebookError",
     "notebooks_dir",
+    "exercise_note",
     "record",
     "recorded",
     "run_notebooks",
     "run_script",
     "sync",
+    "unanswered",
     "main",
 ]
 
@@ -115,6 +117,21 @@ def record(name: str, value: object) -> object:
         figures[name] = clean
         p.write_text(json.dumps(figures, indent=1, sort_keys=True))
     return value
+
+
+def unanswered(namespace: dict, *numbers: int) -> list[int]:
+    """The exercises among `numbers` whose `answer_<k>` is still None in `namespace`: a solution
+    cell calls it first, before it fills those in, so the check can say whose answers it checked."""
+    return [k for k in numbers if namespace.get(f"answer_{k}") is None]
+
+
+def exercise_note(filled: list[int]) -> str:
+    """What a check cell adds after its verdicts: which answers were the solution cell's, not yours."""
+    if not filled:
+        return "(your answers)"
+    names = ", ".join(f"answer_{k}" for k in filled)
+    return (f"(exercise{'s' if len(filled) > 1 else ''} {', '.join(map(str, filled))}: the solution cell's "
+            f"answer{'s' if len(filled) > 1 else ''}, not yours; set {names} and rerun to check your own)")
 
 
 def recorded() -> dict[str, object]:

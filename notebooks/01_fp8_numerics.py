@@ -37,7 +37,7 @@ import seaborn as sns
 import torch
 
 from fp8lab import data, env, formats
-from fp8lab.notebooks import record
+from fp8lab.notebooks import exercise_note, record, unanswered
 from fp8lab.plots import numerics as plots
 
 if smoke:
@@ -371,6 +371,7 @@ answer_1 = None  # (value, code): replace None with your answer
 
 # %% tags=["solution", "hide-input"]
 # Solution: exponent field 11111 is finite in fnuz, so max = 1.11b * 2^(31 - 16), code 0 11111 11.
+_by_solution = unanswered(globals(), 1)  # before filling them in
 if answer_1 is None:  # fills in only an answer you left at None
     answer_1 = (1.75 * 2.0 ** (31 - 16), 0b0_11111_11)
 
@@ -378,6 +379,7 @@ if answer_1 is None:  # fills in only an answer you left at None
 f = formats.get_format("e5m2fnuz")
 assert answer_1 == (f.max, int(formats.encode(torch.tensor(f.max), f))), answer_1
 print("1: correct")
+print(exercise_note(_by_solution))
 
 # %% [markdown]
 # **2.** To which e4m3fn value does 0.0029296875 (= 1.5 x 2^-9) round, and why
@@ -389,12 +391,14 @@ answer_2 = None  # the rounded value
 # %% tags=["solution", "hide-input"]
 # Solution: 1.5 * 2^-9 is exactly halfway between the subnormals 1 * 2^-9 (code 0x01,
 # odd) and 2 * 2^-9 (code 0x02, even); ties go to the even code.
+_by_solution = unanswered(globals(), 2)  # before filling them in
 if answer_2 is None:  # fills in only an answer you left at None
     answer_2 = 2 * 2.0**-9
 
 # %%
 assert answer_2 == formats.quantize(torch.tensor(0.0029296875, dtype=torch.float64), "e4m3fn").item()
 print("2: correct")
+print(exercise_note(_by_solution))
 
 # %% [markdown]
 # **3.** What is the smallest positive number that overflows e5m2 under
@@ -407,6 +411,7 @@ answer_3 = None  # (smallest e5m2 overflow, does 464 overflow e4m3fn: True/False
 # %% tags=["solution", "hide-input"]
 # Solution: e5m2's max 57344 = 1.11b * 2^15 has an odd mantissa, so the tie 61440 rounds
 # to the even 2^16 and overflows. e4m3fn's max 448 = 1.110b * 2^8 is even: 464 rounds to 448.
+_by_solution = unanswered(globals(), 3)  # before filling them in
 if answer_3 is None:  # fills in only an answer you left at None
     answer_3 = (61440.0, False)
 
@@ -417,6 +422,7 @@ q = formats.quantize(t, e5m2, overflow="nonfinite")
 assert math.isinf(q[0]) and math.isfinite(q[1]), "not the smallest overflowing value"
 assert answer_3[1] == (not math.isfinite(formats.quantize(torch.tensor(464.0), e4m3fn, overflow="nonfinite").item()))
 print("3: correct")
+print(exercise_note(_by_solution))
 
 # %% [markdown]
 # **4.** How many e4m3fn values lie in [1, 2), and how many in [2^-9, 2^-6)?
@@ -427,6 +433,7 @@ answer_4 = None  # (count in [1, 2), count in [2^-9, 2^-6))
 
 # %% tags=["solution", "hide-input"]
 # Solution: a binade holds 2^3 = 8 values; [2^-9, 2^-6) are the 7 nonzero subnormals.
+_by_solution = unanswered(globals(), 4)  # before filling them in
 if answer_4 is None:  # fills in only an answer you left at None
     answer_4 = (8, 7)
 
@@ -434,3 +441,5 @@ if answer_4 is None:  # fills in only an answer you left at None
 counts = (int(((grid >= 1) & (grid < 2)).sum()), int(((grid >= 2**-9) & (grid < 2**-6)).sum()))
 assert answer_4 == counts, counts
 print("4: correct")
+print(exercise_note(_by_solution))
+

@@ -43,7 +43,7 @@ import seaborn as sns
 import torch
 
 from fp8lab import data, formats, metrics
-from fp8lab.notebooks import record
+from fp8lab.notebooks import exercise_note, record, unanswered
 from fp8lab.plots import scaling as splots
 from fp8lab.scaling import (
     DelayedAmax,
@@ -367,6 +367,7 @@ answer_2 = None  # 1, 2 or 3
 # 1000 / 448 = 2.232..., and the power of two at or above it is 4.
 # Call 1 quantizes with the initial descale 1.0 (and saturates: 1000 > 448); it records the
 # amax, which call 2's descale is built from.
+_by_solution = unanswered(globals(), 1, 2)  # before filling them in
 if answer_1 is None:
     answer_1 = (1000 / 448, 4.0)
 if answer_2 is None:
@@ -384,3 +385,5 @@ calls = [quantize(const, s)[1].item() for _ in range(3)]
 solution_2 = 1 + next(i for i, d in enumerate(calls) if d == solution_1[0])
 assert answer_2 == solution_2, f"exercise 2: expected {solution_2} (descales per call: {calls})"
 print("exercises 1 and 2: correct")
+print(exercise_note(_by_solution))
+

@@ -40,7 +40,7 @@ if not torch.cuda.is_available():  # section 2 runs fp8lab's Triton kernel: on a
 
 import fp8lab  # noqa: E402
 from fp8lab import data, formats, metrics  # noqa: E402
-from fp8lab.notebooks import record
+from fp8lab.notebooks import exercise_note, record, unanswered
 from fp8lab.plots import scaling as splots
 from fp8lab.scaling import (
     PerHead,
@@ -365,6 +365,7 @@ answer_3 = None  # (q, k, v)
 # expand() repeats one value without copying it, so both strides are 0; query head h reads kv
 # head h // (32 // 8) = 13 // 4 = 3; a kv_scale goes to both k and v, and a q_scale the checkpoint
 # has is kept: the defect overwrites only a fallback, so it does not touch this checkpoint.
+_by_solution = unanswered(globals(), 1, 2, 3)  # before filling them in
 if answer_1 is None:
     answer_1 = (0, 0)
 if answer_2 is None:
@@ -388,3 +389,5 @@ solution_3 = (vllm3.q, vllm3.k, vllm3.v)
 assert solution_3 == (intended3.q, intended3.k, intended3.v)  # the defect needs a missing q_scale
 assert answer_3 == solution_3, f"exercise 3: expected {solution_3}"
 print("exercises 1-3: correct")
+print(exercise_note(_by_solution))
+

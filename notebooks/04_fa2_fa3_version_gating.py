@@ -34,7 +34,7 @@ import torch
 from fp8lab import reference
 from fp8lab.backends import BackendError, attention, doctor, gating
 from fp8lab.backends.gating import PROVIDERS, Device, Request, decide
-from fp8lab.notebooks import record
+from fp8lab.notebooks import exercise_note, record, unanswered
 
 if smoke:
     seqlen, head_dims = 128, [64, 72, 128, 320]
@@ -258,7 +258,7 @@ pd.DataFrame(rule)
 # ## Exercises
 #
 # Each exercise has a cell for your answer, a hidden solution cell (it fills in only an answer
-# left at None), and a check.
+# left at None), and a check, which says whether it checked your answer or the solution's.
 #
 # **1.** An H100 has only the fa3-fwd wheel installed, and for this exercise nothing else, not even
 # PyTorch's SDPA or fp8lab's own kernels (`available={"fa3-fwd"}`). Which `backend:provider`
@@ -270,6 +270,7 @@ answer_1 = None  # (fp8 label, fp16 label), two labels such as "fa2:flash-attn-2
 # %% tags=["solution", "hide-input"]
 # Solution: 80 is a multiple of 16, so FA3 takes FP8 at d=80 (padded to the 96 tile);
 # fa3-fwd is built without fp16 (FLASHATTENTION_DISABLE_FP16) and nothing else is installed.
+_by_solution = unanswered(globals(), 1)  # before filling them in
 if answer_1 is None:  # fills in only an answer you left at None
     answer_1 = ("fa3:fa3-fwd", "error")
 
@@ -278,6 +279,7 @@ only_fa3_fwd = {"fa3-fwd"}
 assert answer_1 == (decide(MACHINES["H100 (9.0)"], only_fa3_fwd, Request("fp8", 80), env={}).label(),
                     decide(MACHINES["H100 (9.0)"], only_fa3_fwd, Request("fp16", 80), env={}).label()), answer_1
 print("1: correct")
+print(exercise_note(_by_solution))
 
 # %% [markdown]
 # **2.** On an H100 with everything installed, `FP8LAB_FLASH_ATTN_VERSION=2` is
@@ -290,6 +292,7 @@ answer_2 = None  # a label such as "fa3:vllm"
 # Solution: the override makes the FlashAttention choice FA2, which cannot run FP8;
 # auto moves on to fp8lab's own kernels, and on 9.x a batched call at head dim 128
 # goes to the first of them, the Gluon kernel.
+_by_solution = unanswered(globals(), 2)  # before filling them in
 if answer_2 is None:  # fills in only an answer you left at None
     answer_2 = "triton:gluon"
 
@@ -297,6 +300,7 @@ if answer_2 is None:  # fills in only an answer you left at None
 assert answer_2 == decide(MACHINES["H100 (9.0)"], everything, Request("fp8", 128),
                           env={"FP8LAB_FLASH_ATTN_VERSION": "2"}).label(), answer_2
 print("2: correct")
+print(exercise_note(_by_solution))
 
 # %% [markdown]
 # **3.** A B200 (10.0) has vLLM and SDPA but not our kernel. What happens to
@@ -309,6 +313,7 @@ answer_3 = None  # (label without the option, label with it)
 # %% tags=["solution", "hide-input"]
 # Solution: Blackwell falls back from FA3 to FA2, FA2 cannot run FP8: error.
 # fp8_fallback="dequantize" runs vLLM's FA2 on dequantized bf16.
+_by_solution = unanswered(globals(), 3)  # before filling them in
 if answer_3 is None:  # fills in only an answer you left at None
     answer_3 = ("error", "fa2:vllm-fa2 (dequantized)")
 
@@ -317,3 +322,5 @@ b200 = {"vllm", "vllm-fa2", "sdpa"}
 assert answer_3 == (decide(MACHINES["B200 (10.0)"], b200, Request("fp8", 128), env={}).label(),
                     decide(MACHINES["B200 (10.0)"], b200, Request("fp8", 128, fp8_fallback="dequantize"), env={}).label()), answer_3
 print("3: correct")
+print(exercise_note(_by_solution))
+

@@ -51,7 +51,7 @@ import torch
 from fp8lab.data import DISTRIBUTIONS, make_qkv
 from fp8lab.formats import cast_to_fp8, get_format
 from fp8lab.metrics import rel_l2
-from fp8lab.notebooks import record
+from fp8lab.notebooks import exercise_note, record, unanswered
 from fp8lab import env
 from fp8lab.plots import accuracy as plots
 from fp8lab.reference import FA3Steps, attention_exact, attention_fa3_fp8, fa3_block_n, quantize_qkv
@@ -364,6 +364,7 @@ answer_2 = None  # your answer, e.g. 2.0 ** -12
 
 # %% tags=["solution", "hide-input"]
 # Solution (collapsed): computed from the tables and from fp8lab.formats, not typed in.
+_by_solution = unanswered(globals(), 1, 2)  # before filling them in
 row_1 = attr.loc["fa3_outliers", ["q", "k", "v"]].astype(float)
 if answer_1 is None:  # V's error is averaged over the keys P weighs; Q's and K's enter every score
     answer_1 = "v" if row_1["v"] > min(row_1["q"], row_1["k"]) else "qk"
@@ -375,3 +376,5 @@ assert answer_1 == ("v" if row_1["v"] > min(row_1["q"], row_1["k"]) else "qk"), 
 p = torch.tensor([answer_2, answer_2 / 2])
 assert cast_to_fp8(p).float()[0] == answer_2 and cast_to_fp8(p).float()[1] == 0, "not the smallest survivor"
 print(f"1: {answer_1}   2: 2^{int(math.log2(answer_2))}")
+print(exercise_note(_by_solution))
+

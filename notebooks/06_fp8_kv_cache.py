@@ -37,7 +37,7 @@ import seaborn as sns
 import torch
 
 from fp8lab import kvcache, metrics
-from fp8lab.notebooks import record
+from fp8lab.notebooks import exercise_note, record, unanswered
 
 if smoke:
     heads_q, heads_kv, head_dim, context_lens = 8, 2, 64, (37, 70)
@@ -330,6 +330,7 @@ answer_3 = None  # a factor
 # below 448. A Q descale 8 times too small clips every Q value above 448 · qs / 8, and with them the
 # largest scores, which the softmax weighs most. (Exercise 2: no error changes; pages change where
 # tokens live, never their values, and the pages draw from their own generator.)
+_by_solution = unanswered(globals(), 1, 3)  # before filling them in
 if answer_1 is None:
     answer_1 = {label for label, (_, _, vs) in scale_choices.items() if (v * 100 / vs).abs().max() > 448}
 qs_ck, cache_ck = caches["checkpoint (amax/448)"]
@@ -346,3 +347,5 @@ grown = metrics.rel_l2(kvcache.paged_decode(q, cache_ck, block_table, lens, q_sc
 assert abs(answer_3 - grown / base) < 1e-6 * grown / base, f"exercise 3: expected {grown / base:.2f}"
 print(f"1: {sorted(answer_1)} saturate   3: the error grows {answer_3:.1f}x; "
       f"{float(((q / (qs_ck / 8)).abs() > 448).double().mean()):.0%} of Q's values saturate")
+print(exercise_note(_by_solution))
+

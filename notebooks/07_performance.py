@@ -57,7 +57,7 @@ import torch
 
 from fp8lab import bench, env
 from fp8lab.kernels import explain
-from fp8lab.notebooks import record
+from fp8lab.notebooks import exercise_note, record, unanswered
 from fp8lab.plots import perf as plots
 
 rdir = env.results_dir() if results_dir == "auto" else Path(results_dir)
@@ -983,6 +983,7 @@ answer_8 = None  # a batch
 
 # %% tags=["solution", "hide-input"]
 # Solution (collapsed): computed, not typed in.
+_by_solution = unanswered(globals(), 1, 2, 3, 4, 5, 6, 7, 8)  # before filling them in
 if answer_1 is None:
     answer_1 = bench.attention_intensity(cases["4x4096x32x64"])
 if answer_2 is None:
@@ -1032,3 +1033,5 @@ if layout is not None:
 assert lowest[answer_8] >= 0.85 and (lowest[lowest.index < answer_8] < 0.85).all(), "the smallest such batch"
 print(f"8: from {answer_8} sequences of {16384 // answer_8} tokens (lowest repeat {lowest[answer_8]:.3f}; "
       f"{', '.join(f'{b}: {v:.3f}' for b, v in lowest.items())})")
+print(exercise_note(_by_solution))
+

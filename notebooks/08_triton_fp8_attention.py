@@ -68,7 +68,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from fp8lab import bench, env  # noqa: E402
-from fp8lab.notebooks import record  # noqa: E402
+from fp8lab.notebooks import exercise_note, record, unanswered  # noqa: E402
 from fp8lab.formats import cast_to_fp8, get_format  # noqa: E402
 from fp8lab.kernels import attention as A  # noqa: E402
 from fp8lab.kernels import WsConfig, default_ws_config, explain, fp8_attention, pretranspose_v, quantize_fp8  # noqa: E402
@@ -873,6 +873,7 @@ answer_10 = None  # fp32 values per thread
 
 # %% tags=["solution", "hide-input"]
 # Solution (collapsed): computed, not typed in.
+_by_solution = unanswered(globals(), 1, 2, 3, 4, 5, 6, 7, 8, 9, 10)  # before filling them in
 if answer_1 is None:
     answer_1 = offsets["rel_l2_vs_exact"][0] / offsets["rel_l2_vs_exact"][1]
 if answer_2 is None:
@@ -922,3 +923,5 @@ assert answer_10 == regs10["o"] + regs10["pv_tile"] > regs10["budget"], "O's and
 print(f"9: {answer_9[0]}, {answer_9[1]:.2f} of the speed   10: {answer_10} values for 255 registers")
 print(f"1: {answer_1:.3f}x   2: block_n {answer_2}   3: {answer_3:.0f}   4: key {answer_4}   5: column {answer_5}   "
       f"6: {answer_6} registers   7: {answer_7} tiles   8: {answer_8} atomic adds")
+print(exercise_note(_by_solution))
+

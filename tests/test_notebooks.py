@@ -52,6 +52,15 @@ def test_solutions_open_collapsed_and_stay_out_of_the_report(tmp_path):
     assert "visible" in html and "shown" in html and "secret_answer" not in html
 
 
+def test_checks_say_whose_answers_they_checked():
+    namespace = {"answer_1": None, "answer_2": 0.5, "answer_3": None}
+    filled = notebooks.unanswered(namespace, 1, 2, 3)
+    assert filled == [1, 3]
+    assert "exercises 1, 3: the solution cell's answers, not yours; set answer_1, answer_3" in \
+        notebooks.exercise_note(filled)
+    assert notebooks.exercise_note(notebooks.unanswered(namespace, 2)) == "(your answers)"
+
+
 def test_record_writes_figures(tmp_path, monkeypatch):
     path = tmp_path / "figs.json"
     monkeypatch.setenv(notebooks.FIGURES_ENV, str(path))
