@@ -21,6 +21,7 @@ __all__ = [
     "AttentionShape",
     "FP8_ATTENTION_DTYPES",
     "check_attention_inputs",
+    "check_count",
     "check_cu_seqlens",
     "check_descale",
     "check_flag",
@@ -154,13 +155,19 @@ def _check_bound(name: str, given: object, capturing: bool) -> int | None:
                              "(cu_seqlens cannot be read on the host while capturing; pass the longest sequence "
                              "the replays will see, as vLLM does), got None")
         return None
+    return check_count(name, given)
+
+
+def check_count(name: str, value: object, least: int = 0) -> int:
+    """A count such as a batch or a max_seqlen: a Python or NumPy integer (not a bool or a float)
+    >= `least`, else ValueError."""
     try:
-        value = operator.index(given)  # Python and NumPy integers, not floats
+        n = operator.index(value)
     except TypeError:
-        value = None
-    if isinstance(given, bool) or value is None or value < 0:
-        raise ValueError(f"{name}: expected an int >= 0, got {given!r}")
-    return value
+        n = None
+    if isinstance(value, bool) or n is None or n < least:
+        raise ValueError(f"{name}: expected an int >= {least}, got {value!r}")
+    return n
 
 
 def check_attention_inputs(

@@ -19,12 +19,11 @@ from __future__ import annotations
 
 import itertools
 import numbers
-import operator
 from typing import Literal
 
 import torch
 
-from fp8lab.layout import check_cu_seqlens, check_descale
+from fp8lab.layout import check_count, check_cu_seqlens, check_descale
 from fp8lab.scaling.granularity import PerBlock, PerChannel, PerHead, PerTensor, PerToken, as_4d
 from fp8lab.scaling.strategy import ScaleStrategy, quantize, quantize_with_descale
 
@@ -48,17 +47,6 @@ def _positive_finite(name: str, t: torch.Tensor) -> None:
         raise ValueError(f"{name}: every value must be > 0, got min {t.min().item()}")
 
 
-def _count(name: str, value: object, least: int) -> int:
-    """An int argument (Python or NumPy, not bool or float) >= least, else ValueError."""
-    try:
-        n = operator.index(value)
-    except TypeError:
-        n = None
-    if isinstance(value, bool) or n is None or n < least:
-        raise ValueError(f"{name}: expected an int >= {least}, got {value!r}")
-    return n
-
-
 def descale_from_scalar(
     value: float | torch.Tensor,
     batch: int,
@@ -68,7 +56,7 @@ def descale_from_scalar(
     name: str = "descale",
 ) -> torch.Tensor:
     """A per-tensor descale as FA3 takes it: `tensor(value).expand(batch, heads_kv)`, strides (0, 0)."""
-    batch, heads_kv = _count("batch", batch, 0), _count("heads_kv", heads_kv, 1)
+    batch, heads_kv = check_count("batch", batch, 0), check_count("heads_kv", heads_kv, 1)
     if not isinstance(value, (torch.Tensor, numbers.Real)) or isinstance(value, bool):
         raise TypeError(f"{name}: expected a number or a one-element tensor, got {type(value).__name__}")
     t = torch.as_tensor(value, dtype=torch.float32, device=device)
@@ -96,7 +84,7 @@ def descale_from_heads(
     """
     if not isinstance(values, torch.Tensor):
         raise TypeError(f"{name}: expected a tensor of per-head values, got {type(values).__name__}")
-    batch = _count("batch", batch, 0)
+    batch = check_count("batch", batch, 0)
     if values.dim() == 1:
         full = values.to(torch.float32).expand(batch, values.shape[0])
     elif values.dim() == 2 and values.shape[0] == batch:
@@ -118,7 +106,7 @@ def descale_from_heads(
 
 def group_max(descale: torch.Tensor, heads_kv: int, *, name: str = "descale") -> torch.Tensor:
     """(batch, heads_q) per-query-head descales -> (batch, heads_kv): the max over each GQA group."""
-    heads_kv = _count("heads_kv", heads_kv, 1)
+    heads_kv = check_count("heads_kv", heads_kv, 1)
     if not isinstance(descale, torch.Tensor):
         raise TypeError(f"{name}: expected a (batch, heads_q) tensor, got {type(descale).__name__}")
     if descale.dim() != 2 or descale.shape[1] % heads_kv:
@@ -145,7 +133,7 @@ def descale_from_tokens(
     if not isinstance(token_descale, torch.Tensor):
         raise TypeError(f"{name}: expected a tensor, got {type(token_descale).__name__}")
     _positive_finite(name, token_descale)
-    heads_kv = _count("heads_kv", heads_kv, 1)
+    heads_kv = check_count("heads_kv", heads_kv, 1)
     if token_descale.dim() == 3:
         if token_descale.shape[1] == 0:
             raise ValueError(f"{name}: no tokens to take a descale from, got shape {tuple(token_descale.shape)}")
@@ -183,8 +171,8 @@ def quantize_for_fa3(
     `batch` defaults to x's batch (1 for a varlen 3-D tensor, which FA3 would index per sequence).
     """
     x4 = as_4d(x, name)
-    batch = x4.shape[0] if batch is None else _count("batch", batch, 0)
-    heads_kv = _count("heads_kv", heads_kv, 1)
+    batch = x4.shape[0] if batch is None else check_count("batch", batch, 0)
+    heads_kv = check_count("heads_kv", heads_kv, 1)
     if not isinstance(strategy, ScaleStrategy):
         raise TypeError(f"strategy: expected a ScaleStrategy, got {type(strategy).__name__}")
     g = strategy.granularity
@@ -213,11 +201,9 @@ def as_contiguous_reads(descale: torch.Tensor) -> torch.Tensor | None:
     """What a kernel that assumed a contiguous (batch, heads_kv) descale would read: element
     `offset + b * heads_kv + h` of the storage behind it, or None where that runs past the storage
     (an expanded descale holds 1 or heads_kv floats). FA3 reads `as_kernel_reads` instead."""
-    if descale.dim() != 2:
-        raise ValueError(f"descale: expected (batch, heads_kv), got shape {tuple(descale.shape)}")
+    storage = _storage(descale)
     if not descale.numel():
         return descale.clone()
-    storage = torch.tensor([], dtype=descale.dtype, device=descale.device).set_(descale.untyped_storage())
     index = descale.storage_offset() + torch.arange(descale.numel(), device=descale.device).reshape(descale.shape)
     return storage[index] if int(index.max()) < storage.numel() else None
 
@@ -227,9 +213,14 @@ def as_kernel_reads(descale: torch.Tensor) -> torch.Tensor:
     h * stride(1)` of the storage behind it, as a new contiguous tensor. Equal to `descale` for every
     valid layout (expanded, contiguous, transposed views); a kernel that assumed contiguity would read
     `b * heads_kv + h` instead."""
-    if descale.dim() != 2:
-        raise ValueError(f"descale: expected (batch, heads_kv), got shape {tuple(descale.shape)}")
-    storage = torch.tensor([], dtype=descale.dtype, device=descale.device).set_(descale.untyped_storage())
+    storage = _storage(descale)
     b, h = torch.meshgrid(torch.arange(descale.shape[0], device=descale.device),
                           torch.arange(descale.shape[1], device=descale.device), indexing="ij")
     return storage[descale.storage_offset() + b * descale.stride(0) + h * descale.stride(1)]
+
+
+def _storage(descale: torch.Tensor) -> torch.Tensor:
+    """The whole storage behind a (batch, heads_kv) descale, as a flat tensor of its dtype."""
+    if descale.dim() != 2:
+        raise ValueError(f"descale: expected (batch, heads_kv), got shape {tuple(descale.shape)}")
+    return torch.tensor([], dtype=descale.dtype, device=descale.device).set_(descale.untyped_storage())
