@@ -199,7 +199,8 @@ def case_calls(case: AttentionCase, *, device: str = "cuda", seed: int = 0,
     inputs), through `prepare_attention`: checked once, then the provider alone, as the grid
     called them. V's copies are made here, outside the timing, as in the grid.
     configs: more calls on the same inputs, label -> an `AttentionConfig` (the Triton kernel) or
-    a `WsConfig` (the Gluon kernel, Hopper only: skipped elsewhere).
+    a `WsConfig` (the Gluon kernel, Hopper only: skipped elsewhere; with `transpose_v` on V as
+    stored, else on `key_ordered_vt`'s copy).
     """
     import torch
 
@@ -225,9 +226,9 @@ def case_calls(case: AttentionCase, *, device: str = "cuda", seed: int = 0,
         if isinstance(cfg, AttentionConfig):
             calls[label] = lambda c=cfg: fp8_attention(q, k, vt, qd, kd, vd, causal=causal, config=c)
         elif isinstance(cfg, WsConfig):
-            if ws:
-                calls[label] = lambda c=cfg: fp8_attention_ws(q, k, vk, q_descale=qd, k_descale=kd, v_descale=vd,
-                                                              causal=causal, config=c)
+            if ws:  # transpose_v takes V as stored; the others key_ordered_vt's copy, made here
+                calls[label] = lambda c=cfg: fp8_attention_ws(q, k, v if c.transpose_v else vk, q_descale=qd,
+                                                              k_descale=kd, v_descale=vd, causal=causal, config=c)
         else:
             raise TypeError(f"configs[{label!r}]: expected an AttentionConfig or a WsConfig, got {type(cfg).__name__}")
     found = {name for name, (ok, _) in probe_all().items() if ok} if torch.device(device).type == "cuda" else set()

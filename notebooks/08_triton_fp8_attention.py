@@ -34,7 +34,8 @@
 # - **(l)** persistent programs: one per SM, each taking tile after tile, and why causal tiles resist it;
 # - **(m)** tiles from a counter, and one tile without a loop;
 # - **(n)** how O accumulates in the FP8 MMA: FA3's one level against vLLM's two;
-# - **(o)** what the second level costs once its registers fit, in both kernels.
+# - **(o)** what the second level costs once its registers fit, in both kernels;
+# - **(p)** V transposed inside the Gluon kernel, as FA3 does: where its time goes, and why the copy stays.
 
 # %% tags=["parameters"]
 smoke: bool = False  # CI: tiny shapes (the interpreter is slow)
@@ -803,6 +804,46 @@ flush_grid.round(3)
 # which).
 
 # %% [markdown]
+# ## (p) V transposed inside the Gluon kernel (v30)
+#
+# FA3 takes V as stored and transposes each key block's V in shared memory; the Gluon kernel took
+# V^T from a copy (`key_ordered_vt`, (f)). `WsConfig(transpose_v=True)` does what FA3 does. V's
+# stages arrive by TMA in boxes of 128 keys x 16 columns, into a ring of their own, and two (or four)
+# transposer warps write each stage's V^T in `key_ordered_vt`'s key order before the consumers may
+# read it. Each thread reads, as 32-bit words of four columns, keys 2t, 2t + 1, 2t + 8 and 2t + 9 of
+# a group of 16: exactly the four that land at positions 4t .. 4t + 3. A 4 x 4 byte transpose in
+# registers then gives one word per column, stored at once. The bits equal the copy's (a GPU test,
+# every head dim). The speed on the H200, 2x8192x32xd (`scripts/probe_transpose_v.py`;
+# "no transpose" is the same kernel with a transposer that writes nothing, wrong results, timed to
+# see what the rest costs):
+
+# %%
+tv = explain.v30_transpose_v(rdir)
+record("v30_transpose_v_over_ready", {f"{form} {case}": round(float(x), 3)
+                                      for (form, case), x in tv["transpose_v / V^T ready"].items()})
+record("v30_no_transpose_over_ready", {f"{form} {case}": round(float(x), 3) for (form, case), x in
+                                       (tv["no transpose"] / tv["V^T ready"]).dropna().items()})
+record("v30_copy_over_ready", {f"{form} {case}": round(float(x), 3)
+                               for (form, case), x in (tv["+ copy"] / tv["V^T ready"]).items()})
+tv.round(3)
+
+# %% [markdown]
+# - **The loads cost little.** Without its work the same tiles run at the kernel's speed at head dim
+#   128 (and 4 % below at 64, with more stages than the kernel's own tiles there).
+# - **The transposer's instructions cost a lot.** In its first form ("shifts") each thread moved bytes
+#   with shifts and masks, about 28 integer instructions per 16 bytes: 12-19 % of the speed. Eight
+#   byte permutes (PRMT, inline PTX in `_ws_bytes_transposed`) leave one `ldmatrix`, 8 PRMTs and 4
+#   stores per 16 bytes: 6-15 %. Four transposer warps instead of two changed little, so the cost is
+#   issue slots that the consumers' softmax needs, not the transposer's latency. At head dim 128 the
+#   transposer has twice the bytes per key block and the softmax the same work: the loss doubles.
+# - **Head dim 256 has no room:** beside V's own ring only two stages fit in shared memory, and the
+#   loads are exposed: 0.45x.
+# - **So the copy stays.** `key_ordered_vt` (20-92 us at 16k tokens) plus the kernel costs 0-3 % in
+#   every case, the in-kernel transpose 6-15 % or more. `fp8lab.attention` keeps the copy;
+#   `transpose_v` is there for a V that must not be copied, and as this lesson. FA3 moves its bytes
+#   with `ldmatrix.trans` on 16-bit pairs and `stmatrix`, fewer instructions still (not tried here).
+
+# %% [markdown]
 # ## Summary
 #
 # - The kernel is FA3's FP8 forward: descales folded into the exp2-domain scale,
@@ -818,7 +859,9 @@ flush_grid.round(3)
 #   output in float32 to dodge the interpreter's wrong casts.
 # - The max offset lifts P's small values out of e4m3's subnormals; the output gains only where
 #   many of them together carry weight (outlier scores, long rows): a few per cent on (d)'s peaked rows.
-# - FP8 MMAs want V key-contiguous: transposing once is cheap, per tile is not.
+# - FP8 MMAs want V key-contiguous: transposing once is cheap, per tile is not: in the Triton
+#   kernel 2.6x slower (v1), in the Gluon kernel with transposer warps 6-15 % at head dims 64 and
+#   128, all of it the transposer's instructions (v30).
 # - FP8 MMAs want P's keys in a different register order than the scores come in: loading K's
 #   rows permuted makes the change free (`permute_keys`, v10), and so does storing V^T's keys
 #   in that order (`key_ordered_vt`, v11, for the Gluon kernel whose K comes by TMA).
@@ -858,6 +901,9 @@ flush_grid.round(3)
 # 10. At head dim 256, how many fp32 values per thread would O and the flush tile need together in a
 #    tile of 64 query rows per warpgroup, and is that more than a thread's 255 registers? Set
 #    `answer_10` to the count.
+# 11. With `transpose_v`, a transposer thread with t = 1 reads four keys of each group of 16 so that its
+#    4 x 4 byte transpose gives words of consecutive V^T positions. Which keys of the first group?
+#    Set `answer_11` to their sorted list (hint: exercise 5's mapping, backwards).
 
 # %%
 answer_1 = None  # a ratio
@@ -870,10 +916,11 @@ answer_7 = None  # tiles
 answer_8 = None  # atomic adds
 answer_9 = None  # (switch name, fraction of the speed kept)
 answer_10 = None  # fp32 values per thread
+answer_11 = None  # four key indices
 
 # %% tags=["solution", "hide-input"]
 # Solution (collapsed): computed, not typed in.
-_by_solution = unanswered(globals(), 1, 2, 3, 4, 5, 6, 7, 8, 9, 10)  # before filling them in
+_by_solution = unanswered(globals(), 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11)  # before filling them in
 if answer_1 is None:
     answer_1 = offsets["rel_l2_vs_exact"][0] / offsets["rel_l2_vs_exact"][1]
 if answer_2 is None:
@@ -895,6 +942,8 @@ if answer_9 is None:
                 / flush_speed.loc["2x8192x32x128", "fp8lab"])  # section (o)
 if answer_10 is None:
     answer_10 = 2 * 64 * 256 // 128  # O and the P V tile: 64 rows x 256 columns over 128 threads, each
+if answer_11 is None:
+    answer_11 = sorted(8 * b + 2 * 1 + e for b in (0, 1) for e in (0, 1))  # positions 4t + 2b + e, t = 1
 
 # %%
 err0 = float(rel_l2(fp8_attention(qp, kp, vp, *dp, max_offset=0.0), exact_p))
@@ -920,7 +969,10 @@ assert answer_9[0] in A.AttentionConfig.__dataclass_fields__ and getattr(
 assert abs(answer_9[1] - kept) < 0.02, f"read it from flush_speed, column {flush_label!r}: {kept:.3f}"
 regs10 = explain.flush_registers(replace(A.gpu_config(256, False), pv_flush=True), 256)
 assert answer_10 == regs10["o"] + regs10["pv_tile"] > regs10["budget"], "O's and the P V tile's values, per thread"
-print(f"9: {answer_9[0]}, {answer_9[1]:.2f} of the speed   10: {answer_10} values for 255 registers")
+assert list(answer_11) == sorted(key for key in range(16) if int(landing[key]) in range(4, 8)), \
+    "the keys key_ordered_vt stores at positions 4 .. 7"
+print(f"9: {answer_9[0]}, {answer_9[1]:.2f} of the speed   10: {answer_10} values for 255 registers   "
+      f"11: keys {list(answer_11)}")
 print(f"1: {answer_1:.3f}x   2: block_n {answer_2}   3: {answer_3:.0f}   4: key {answer_4}   5: column {answer_5}   "
       f"6: {answer_6} registers   7: {answer_7} tiles   8: {answer_8} atomic adds")
 print(exercise_note(_by_solution))

@@ -364,6 +364,95 @@ def test_ws_config_is_checked():
         W.WsConfig(consumers=3, pingpong=True)
 
 
+def test_transpose_v_config_is_checked():
+    """transpose_v (v30): stages of 128 keys; 4 transposer warps only beside two consumers (a fifth
+    warpgroup's registers); its shared memory counts V's own ring."""
+    cfg = W.WsConfig(stages=3, pack_p=True, transpose_v=True)
+    assert cfg.label() == "ws-n128s3-pw-tv2" and W.WsConfig(transpose_v=True, transposer_warps=4).label() == "ws-n128s2-tv4"
+    assert cfg.smem_bytes(128) == (128 + 3 * 3 * 128) * 128 and W.WsConfig(stages=3).smem_bytes(128) == (128 + 2 * 3 * 128) * 128
+    with pytest.raises(ValueError, match="stages of 128 keys, got block_n=64"):
+        W.WsConfig(block_n=64, transpose_v=True)
+    for bad in (dict(transposer_warps=3), dict(transposer_warps=4, consumers=3)):
+        with pytest.raises(ValueError, match="transposer_warps must be 2, or 4 with two consumers"):
+            W.WsConfig(transpose_v=True, **bad)
+    for d in (64, 128, 256):  # every default fits an SM's shared memory, the key-ordered tiles with V transposed
+        for causal in (False, True):
+            tv = W.default_ws_config(d, causal, transpose_v=True)
+            keyed = W.default_ws_config(d, causal, key_ordered=True)
+            assert tv.transpose_v and tv.pack_p and tv.smem_bytes(d) <= W.SMEM_LIMIT - 1024
+            assert (tv.block_n, tv.persistent, tv.dynamic) == (keyed.block_n, keyed.persistent, keyed.dynamic)
+    assert W.default_ws_config(256, False, transpose_v=True).stages == 2  # three would not fit
+
+
+@needs_gluon
+def test_transpose_v_bad_input_is_named():
+    gen = torch.Generator().manual_seed(1)
+    q, k, v = fp8(gen, 1, 64, 2, 64), fp8(gen, 1, 64, 2, 64), fp8(gen, 1, 64, 2, 64)
+    with pytest.raises(ValueError, match="transpose_v takes V as it is stored"):
+        W.fp8_attention_ws(q, k, W.key_ordered_vt(v), config=W.WsConfig(transpose_v=True))
+
+
+COMPILE_TV = """
+import json, sys
+from fp8lab.kernels import attention_ws as W
+d = int(sys.argv[1])
+cfg = W.default_ws_config(d, False, transpose_v=True)
+k = W.compile_ws_sm90(d, False, cfg)
+print(json.dumps(dict(ptx=k.asm["ptx"], shared=k.metadata.shared, label=cfg.label())))
+"""
+
+
+@needs_gluon
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
+def test_sm90_compile_of_transpose_v_reads_v_as_stored(head_dim):
+    """transpose_v (v30): V's stages come by 3-d TMA boxes (zeros past each sequence), the transposer
+    reads them with ldmatrix and keeps TRANSPOSER_REGS registers, and V's ring is in shared memory
+    beside Q, K and V^T; P reaches its MMA without shuffles, as with key_ordered_vt."""
+    env = {key: val for key, val in os.environ.items() if key != "TRITON_INTERPRET"}
+    done = subprocess.run([sys.executable, "-c", COMPILE_TV, str(head_dim)], env=env, capture_output=True,
+                          text=True, timeout=300, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-3000:]
+    k = json.loads(done.stdout.strip().splitlines()[-1])
+    ptx, cfg = k["ptx"], W.default_ws_config(head_dim, False, transpose_v=True)
+    assert "cp.async.bulk.tensor.3d" in ptx and "ldmatrix" in ptx
+    assert re.search(r"setmaxnreg\.dec\.sync\.aligned\.u32\s+%d" % W.TRANSPOSER_REGS, ptx)
+    assert re.search(r"setmaxnreg\.inc\.sync\.aligned\.u32\s+%d" % cfg.consumer_regs, ptx)
+    assert cfg.smem_bytes(head_dim) <= k["shared"] <= cfg.smem_bytes(head_dim) + 2048
+    assert ptx.count("shfl.sync.idx") <= 1 + 2 * cfg.dynamic
+
+
+@pytest.mark.gpu
+@pytest.mark.hopper
+@needs_gluon
+@pytest.mark.parametrize("d", [64, 128, 256])
+def test_gpu_transpose_v_gives_the_key_ordered_bits(d):
+    """V as stored, transposed in shared memory by the kernel (v30), writes the V^T that
+    key_ordered_vt stores: the same bits, for ragged key counts (not multiples of 16 either), GQA, a
+    strided V (2 of 4 kv heads), one program per tile or persistent, 2 or 4 transposer warps. NaN
+    codes in the next sequence's V do not reach this one's last block (the 3-d box stops at its keys)."""
+    gen = torch.Generator().manual_seed(d + 30)
+    for (b, sq, sk), causal in (((2, 203, 333), False), ((2, 203, 333), True), ((1, 77, 1000), True)):
+        q, k = fp8(gen, b, sq, 8, d, device="cuda"), fp8(gen, b, sk, 2, d, device="cuda")
+        v = fp8(gen, b, sk, 4, d, device="cuda")[:, :, 1:3]
+        if b > 1:
+            v[1, :5] = torch.tensor(float("nan")).to(torch.float8_e4m3fn)
+        qd, kd, vd = ((torch.rand(b, 2, generator=gen) * 0.4 + 0.05).cuda() for _ in range(3))
+        tv = W.default_ws_config(d, causal, transpose_v=True)
+        configs = [tv, dataclasses.replace(tv, persistent=False, dynamic=False)]
+        configs += [dataclasses.replace(tv, consumers=2, transposer_warps=6 - tv.transposer_warps)] * (d < 256)
+        for cfg in configs:
+            ref = W.fp8_attention_ws(q, k, W.key_ordered_vt(v.contiguous()), q_descale=qd, k_descale=kd,
+                                     v_descale=vd, causal=causal, config=dataclasses.replace(cfg, transpose_v=False))
+            got = W.fp8_attention_ws(q, k, v, q_descale=qd, k_descale=kd, v_descale=vd, causal=causal, config=cfg)
+            for x, y in zip(got, ref):  # (the NaN sequence's out is NaN in both)
+                torch.testing.assert_close(x, y, rtol=0, atol=0, equal_nan=True, msg=f"{sq} {sk} {causal} {cfg.label()}")
+        assert torch.isfinite(got[0][0]).all()
+        emu = attention_fa3_fp8(q[:1], k[:1], v[:1], qd[:1], kd[:1], vd[:1], causal=causal, block_n=128)
+        exact = attention_exact(q[:1], k[:1], v[:1], q_descale=qd[:1], k_descale=kd[:1], v_descale=vd[:1],
+                                causal=causal)
+        assert rel_l2(got[0][:1], emu) <= 0.6 * rel_l2(emu, exact)
+
+
 def test_key_ordered_vt_stores_each_key_where_p_holds_it():
     """FP8 step 5 for the Gluon kernel: P's column c is relabelled to `key_order`(c) (the Triton
     kernel's own function, run here), so V^T's key c must sit at column key_order(c) of its 32;

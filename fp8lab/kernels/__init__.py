@@ -2,7 +2,8 @@
 
 Both run on Hopper GPUs and, exactly, on the CPU under ``TRITON_INTERPRET=1``.
 `fp8_attention_ws` is FA3's warp-specialized schedule written in Gluon (Hopper only, batched,
-V pre-transposed, fastest with `key_ordered_vt(v)`); `compile_ws_sm90` shows its sm_90 code
+V pre-transposed, fastest with `key_ordered_vt(v)`, or as stored with `WsConfig(transpose_v=True)`);
+`compile_ws_sm90` shows its sm_90 code
 without a GPU. `quantize_fp8` per kv head and per tensor runs `quantize_onchip` (Gluon) on Hopper
 for inputs of 4 MiB or more where it can: each slice held in the SMs' shared memory, x read once.
 `quantize_fp8_delayed` / `quantize_delayed` are delayed scaling (the descale from earlier calls) in

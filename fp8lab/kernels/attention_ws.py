@@ -22,7 +22,10 @@ structure FlashAttention-3 uses and Triton's compiler does not build by itself:
   previous block's PV product.
 - **P stays in registers.** e4m3(P) is the register A operand of the PV wgmma
   (FA3's ``MmaPV_is_RS``); V^T's tile is K-major in shared memory as FP8 wgmma
-  requires, so V must be pre-transposed (`fp8lab.kernels.pretranspose_v`). P crosses
+  requires, so V comes pre-transposed (`fp8lab.kernels.pretranspose_v`, `key_ordered_vt`) or,
+  with ``WsConfig(transpose_v=True)``, as stored: transposer warps then write each stage's
+  V^T in shared memory, as FA3 does (v30: the same bits, 0.85-0.94x the speed at head dims
+  64 and 128, 0.45x at 256, so the copy is the faster way). P crosses
   the loop to that MMA either in float32, cast next to the MMA (carried as e4m3 it
   would live one byte per register and be re-packed every iteration, v11), or with
   ``WsConfig(pack_p=True)`` packed four e4m3 per 32-bit word: written after the PV
@@ -61,7 +64,8 @@ the interpreter); this kernel is the faster one on Hopper, and the lesson in wha
 is made of.
 
 Scope: batched (not varlen) inputs on an sm_90 GPU, head_dim 64, 128 or 256, V
-pre-transposed or key-ordered, Q/K/out with head_dim contiguous and rows of (heads x head_dim).
+pre-transposed, key-ordered or (``transpose_v``) as stored, Q/K/out with head_dim contiguous and
+rows of (heads x head_dim).
 `fp8_attention_ws` says what it got when an input is outside that scope.
 """
 
@@ -84,6 +88,7 @@ if HAVE_GLUON:
         gl,
         gluon,
         mbarrier,
+        smem_reinterpret,
         warpgroup_mma,
         warpgroup_mma_wait,
     )
@@ -94,6 +99,8 @@ __all__ = ["HAVE_GLUON", "KeyOrderedVt", "WsConfig", "compile_ws_sm90", "default
 
 LOG2E = 1.4426950408889634
 FA3_MAX_OFFSET = 8.0
+TRANSPOSER_REGS = 40  # per transposer thread (`transpose_v`; the loader's too where they share a warpgroup)
+SMEM_LIMIT = 227 << 10  # shared memory one program may take on sm_90
 
 
 @dataclass(frozen=True)
@@ -113,6 +120,8 @@ class WsConfig:
     dynamic: bool = False  # persistent programs take the next untaken tile from a counter (FA3's), not a fixed list
     pv_flush: bool = False  # each block's P V in a fresh accumulator, added to O in float32 (AttentionConfig's)
     pv_halves: bool = False  # with pv_flush at head_dim 256: O and P V in two halves of head_dim, waited for in turn
+    transpose_v: bool = False  # V in FA3's layout, each stage transposed in shared memory by transposer warps (v30)
+    transposer_warps: int = 2  # transpose_v: 2 (in the loader warp's warpgroup) or 4 (a warpgroup of their own)
 
     def __post_init__(self) -> None:
         if self.block_n not in (32, 64, 128, 256) or not 1 <= self.stages <= 8:
@@ -125,6 +134,11 @@ class WsConfig:
             raise ValueError("WsConfig: pingpong orders two consumers; got consumers=3")
         if self.dynamic and not self.persistent:
             raise ValueError("WsConfig: dynamic hands tiles to persistent programs; got persistent=False")
+        if self.transpose_v and self.block_n != 128:
+            raise ValueError(f"WsConfig: transpose_v's warps transpose stages of 128 keys, got block_n={self.block_n}")
+        if self.transposer_warps not in (2, 4) or (self.transposer_warps == 4 and self.consumers != 2):
+            raise ValueError(f"WsConfig: transposer_warps must be 2, or 4 with two consumers (registers), got "
+                             f"{self.transposer_warps} with consumers={self.consumers}")
         if self.pv_halves and (not self.pv_flush or self.pingpong):
             raise ValueError("WsConfig: pv_halves splits pv_flush's product and waits for it outside pingpong's turns; "
                              f"got pv_flush={self.pv_flush}, pingpong={self.pingpong}")
@@ -138,18 +152,32 @@ class WsConfig:
         """Registers per thread at launch. The one-warp loader launches as a whole warpgroup (setmaxnreg
         works per warpgroup), so a CTA is consumers + 1 warpgroups of 128 threads: (2 + 1) x 128 x 168
         and (3 + 1) x 128 x 128 both fit an SM's 64K registers."""
+        if self.transpose_v and self.transposer_warps == 4:  # a fourth warpgroup: 4 x 128 x 128
+            return 128
         return 168 if self.consumers == 2 else 128
 
     @property
     def consumer_regs(self) -> int:
         """Registers per consumer thread once the loader's warpgroup has given its own back down to 24:
-        2 x 128 x 240 + 128 x 24 and 3 x 128 x 160 + 128 x 24 fit 64K."""
+        2 x 128 x 240 + 128 x 24 and 3 x 128 x 160 + 128 x 24 fit 64K. With `transpose_v` the
+        transposer keeps TRANSPOSER_REGS: two warps share the loader's warpgroup at that count
+        (2 x 128 x 232 + 128 x 40, 3 x 128 x 152 + 128 x 40), four have their own (2 x 128 x 224 +
+        128 x 40 + 128 x 24)."""
+        if self.transpose_v:
+            return 224 if self.transposer_warps == 4 else 232 if self.consumers == 2 else 152
         return 240 if self.consumers == 2 else 160
+
+    def smem_bytes(self, head_dim: int) -> int:
+        """Shared memory of the tiles at head_dim (FP8): Q's rows, the K and V^T ring, and with
+        `transpose_v` a ring of V as it arrives."""
+        ring = 2 + self.transpose_v
+        return (self.block_m + ring * self.stages * self.block_n) * head_dim
 
     def label(self) -> str:
         return (f"ws-n{self.block_n}s{self.stages}" + "-pp" * self.pingpong + "-ru" * self.rescale_under_mma
                 + "-pw" * self.pack_p + f"-c{self.consumers}" * (self.consumers != 2) + "-ps" * self.persistent
-                + "-dy" * self.dynamic + "-pf" * self.pv_flush + "-h2" * self.pv_halves)
+                + "-dy" * self.dynamic + "-pf" * self.pv_flush + "-h2" * self.pv_halves
+                + (f"-tv{self.transposer_warps}" if self.transpose_v else ""))
 
 
 @dataclass(frozen=True)
@@ -203,7 +231,7 @@ WS_PV_HALVES_CANDIDATES: list[WsConfig] = [
 
 
 def default_ws_config(head_dim: int, causal: bool = False, key_ordered: bool = False,
-                      pv_flush: bool = False) -> WsConfig:
+                      pv_flush: bool = False, transpose_v: bool = False) -> WsConfig:
     """The tiles that measured best on the H200 (docs/kernel-notes.md v8-v12, v19-v21).
 
     key_ordered (V^T from `key_ordered_vt`): P crosses the loop packed four e4m3 per word
@@ -216,7 +244,19 @@ def default_ws_config(head_dim: int, causal: bool = False, key_ordered: bool = F
     float32, two consumers, 128 keys at 64 and 128 (v11's stage counts), 64 keys in four stages at
     256 (128 keys spill there). `pv_flush`: the same tiles with each block's P V added to O in
     float32 (v28), at head_dim 256 in halves (`pv_halves`: 961 / 895 TFLOP/s non-causal / causal at
-    2x8192x32x256 with key-ordered V, against 383 / 370 for the whole product; v28)."""
+    2x8192x32x256 with key-ordered V, against 383 / 370 for the whole product; v28). `transpose_v`
+    (V as stored, transposed in the kernel, v30): the key-ordered tiles with the stages and
+    transposer warps that measured best at 2x8192x32xd (five / four stages at head_dim 64, four
+    stages and two warps / three and four at 128 non-causal / causal, two stages at 256, where a
+    third does not fit beside V's own ring): 0.85-0.94x the key-ordered kernel at 64 and 128, 0.45x
+    at 256, so `key_ordered_vt`'s copy plus that kernel is the faster way (v30)."""
+    if transpose_v:
+        cfg = replace(default_ws_config(head_dim, causal, True, pv_flush), transpose_v=True)
+        if head_dim <= 64:
+            return replace(cfg, stages=4 if causal else 5)
+        if head_dim <= 128:
+            return replace(cfg, stages=3, transposer_warps=4) if causal else replace(cfg, stages=4)
+        return replace(cfg, stages=2)
     if pv_flush:
         return replace(default_ws_config(head_dim, causal, key_ordered), pv_flush=True, pv_halves=head_dim > 128)
     if key_ordered:
@@ -281,12 +321,13 @@ if HAVE_GLUON:
     @gluon.jit
     def _ws_load_tile(q_desc, k_desc, vt_desc, bufs, bars, tile, w, g, sched, seqlen_q, seqlen_k, heads_kv,
                       GROUP: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
-                      CONSUMERS: gl.constexpr, CAUSAL: gl.constexpr):
+                      CONSUMERS: gl.constexpr, CAUSAL: gl.constexpr, TRANSPOSE_V: gl.constexpr):
         """The loads of one tile, the program's w-th: its consumers' Q rows once they are done with
         the last tile's (`q_free`), then K_j and V^T_j (one stage, one barrier) for j = last .. 0 at
-        ring positions g, g + 1, ...; returns the ring position after them."""
-        q_bufs, k_bufs, v_bufs = bufs
-        q_bar, q_free, ready, empty = bars[0], bars[1], bars[2], bars[3]
+        ring positions g, g + 1, ...; returns the ring position after them. TRANSPOSE_V: V_j as it
+        is stored, in HEAD_DIM / 16 boxes of 128 keys x 16 columns, to the transposer (`raw_ready`)."""
+        q_bufs, k_bufs, v_bufs, raw_bufs = bufs
+        q_bar, q_free, ready, empty, raw_ready = bars[0], bars[1], bars[2], bars[3], bars[7]
         b, h, hk, m0, n_blocks, n_masked = _ws_tile(tile, sched, seqlen_q, seqlen_k, GROUP, 64 * CONSUMERS,
                                                     BLOCK_N, CAUSAL)
         mbarrier.wait(q_free, (w & 1) ^ 1)  # a fresh mbarrier counts as phase 1 done
@@ -297,20 +338,30 @@ if HAVE_GLUON:
             n0 = (n_blocks - 1 - it) * BLOCK_N
             st = (g + it) % STAGES
             mbarrier.wait(empty.index(st), (((g + it) // STAGES) & 1) ^ 1)
-            mbarrier.expect(ready.index(st), k_desc.block_type.nbytes + vt_desc.block_type.nbytes)
-            _tma_load(k_desc, [b * seqlen_k + n0, hk * HEAD_DIM], ready.index(st), k_bufs.index(st))
-            _tma_load(vt_desc, [(b * heads_kv + hk) * HEAD_DIM, n0], ready.index(st), v_bufs.index(st))
+            if TRANSPOSE_V:  # V's stage goes to the transposer, whose arrive is `ready`'s second
+                mbarrier.expect(ready.index(st), k_desc.block_type.nbytes)
+                _tma_load(k_desc, [b * seqlen_k + n0, hk * HEAD_DIM], ready.index(st), k_bufs.index(st))
+                mbarrier.expect(raw_ready.index(st), (HEAD_DIM // 16) * vt_desc.block_type.nbytes)
+                for c in gl.static_range(HEAD_DIM // 16):
+                    _tma_load(vt_desc, [b, n0, hk * HEAD_DIM + c * 16], raw_ready.index(st),
+                              raw_bufs.index(st * (HEAD_DIM // 16) + c))
+            else:
+                mbarrier.expect(ready.index(st), k_desc.block_type.nbytes + vt_desc.block_type.nbytes)
+                _tma_load(k_desc, [b * seqlen_k + n0, hk * HEAD_DIM], ready.index(st), k_bufs.index(st))
+                _tma_load(vt_desc, [(b * heads_kv + hk) * HEAD_DIM, n0], ready.index(st), v_bufs.index(st))
         return g + n_blocks
 
     @gluon.jit
     def _ws_loader(q_desc, k_desc, vt_desc, bufs, bars, sched, seqlen_q, seqlen_k, heads_kv, COUNTER,
                    GROUP: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
-                   CONSUMERS: gl.constexpr, CAUSAL: gl.constexpr, PERSISTENT: gl.constexpr, DYNAMIC: gl.constexpr):
+                   CONSUMERS: gl.constexpr, CAUSAL: gl.constexpr, PERSISTENT: gl.constexpr, DYNAMIC: gl.constexpr,
+                   TRANSPOSE_V: gl.constexpr):
         """One warp: the TMA copies of the program's tile (`_ws_load_tile`), or, PERSISTENT, of each
         of its tiles in turn. The ring runs on across tiles: the next tile's Q and first key blocks
         load while the consumers finish the last one. DYNAMIC: the next tile's number comes from the
         counter (asked at the start of a tile, its latency under the loads) and goes to the
-        consumers through `tile_slot`, double-buffered, one mbarrier per slot."""
+        consumers through `tile_slot`, double-buffered, one mbarrier per slot. TRANSPOSE_V: at the
+        end, the ring position after the last stage goes to the transposer (`_ws_stop_transposer`)."""
         tile = gl.program_id(0)
         if PERSISTENT:
             tile_slot, tile_bar = bars[5], bars[6]
@@ -320,7 +371,7 @@ if HAVE_GLUON:
             while tile < n_tiles:
                 nxt = _ws_next_tile(tile, COUNTER, DYNAMIC)
                 g = _ws_load_tile(q_desc, k_desc, vt_desc, bufs, bars, tile, w, g, sched, seqlen_q, seqlen_k,
-                                  heads_kv, GROUP, HEAD_DIM, BLOCK_N, STAGES, CONSUMERS, CAUSAL)
+                                  heads_kv, GROUP, HEAD_DIM, BLOCK_N, STAGES, CONSUMERS, CAUSAL, TRANSPOSE_V)
                 if DYNAMIC:  # slot (w+1)&1 last held tile w-1's number, read before the q_free waited for above
                     tile_slot.index((w + 1) & 1).store(gl.full([1], nxt, gl.int32, gl.BlockedLayout([1], [32], [1], [0])))
                     mbarrier.arrive(tile_bar.index((w + 1) & 1), count=1)
@@ -329,8 +380,86 @@ if HAVE_GLUON:
             if DYNAMIC:
                 _ws_counter_done(COUNTER)
         else:
-            _ws_load_tile(q_desc, k_desc, vt_desc, bufs, bars, tile, 0, 0, sched, seqlen_q, seqlen_k, heads_kv,
-                          GROUP, HEAD_DIM, BLOCK_N, STAGES, CONSUMERS, CAUSAL)
+            g = _ws_load_tile(q_desc, k_desc, vt_desc, bufs, bars, tile, 0, 0, sched, seqlen_q, seqlen_k, heads_kv,
+                              GROUP, HEAD_DIM, BLOCK_N, STAGES, CONSUMERS, CAUSAL, TRANSPOSE_V)
+        if TRANSPOSE_V:
+            _ws_stop_transposer(bars, g, STAGES)
+
+    @gluon.jit
+    def _ws_stop_transposer(bars, g, STAGES: gl.constexpr):
+        """Tell the transposer that ring position g holds no stage: its number in `v_stop`, then an
+        arrive without bytes on that position's `raw_ready`, once the consumers are done with the
+        stage that held it before (as a load would wait)."""
+        empty, raw_ready, v_stop = bars[3], bars[7], bars[8]
+        st = g % STAGES
+        mbarrier.wait(empty.index(st), ((g // STAGES) & 1) ^ 1)
+        v_stop.store(gl.full([1], g, gl.int32, gl.BlockedLayout([1], [32], [1], [0])))
+        mbarrier.arrive(raw_ready.index(st), count=1)
+
+    @gluon.jit
+    def _ws_bytes_transposed(w0, w1, w2, w3):
+        """The 4 x 4 byte transpose of four int32 words: word j of the result holds byte j of w0, w1,
+        w2 and w3, low byte first. Eight PRMTs (shifts and masks compiled to about 28 instructions)."""
+        return gl.inline_asm_elementwise(
+            "{.reg .b32 t0, t1, t2, t3; prmt.b32 t0, $4, $5, 0x5140; prmt.b32 t1, $4, $5, 0x7362; "
+            "prmt.b32 t2, $6, $7, 0x5140; prmt.b32 t3, $6, $7, 0x7362; prmt.b32 $0, t0, t2, 0x5410; "
+            "prmt.b32 $1, t0, t2, 0x7632; prmt.b32 $2, t1, t3, 0x5410; prmt.b32 $3, t1, t3, 0x7632;}",
+            "=r,=r,=r,=r,r,r,r,r", [w0, w1, w2, w3], dtype=(gl.int32, gl.int32, gl.int32, gl.int32), is_pure=True,
+            pack=1)
+
+    @gluon.jit
+    def _ws_transposer(bufs, bars, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
+                       WARPS: gl.constexpr):
+        """WARPS warps (TRANSPOSE_V): V^T_j from V_j in shared memory, as `key_ordered_vt` stores
+        it, for each ring position until the loader says stop (`_ws_stop_transposer`).
+
+        A stage of V arrives as HEAD_DIM / 16 boxes of 128 keys x 16 columns. Each thread reads, as
+        int32 words of four columns, the keys 2t, 2t + 1, 2t + 8 and 2t + 9 of a group of 16 (t =
+        0..3): `key_ordered_vt` puts exactly those four at positions 4t .. 4t + 3. A 4 x 4 byte
+        transpose in registers (`_ws_bytes_transposed`) gives, per column, the word of those four
+        positions, stored as one int32 into V^T's rows. Then a fence (the wgmma reads through the
+        async proxy) and the second arrive on the stage's `ready`."""
+        CH: gl.constexpr = HEAD_DIM // 16
+        v_bufs, raw_bufs = bufs[2], bufs[3]
+        ready, raw_ready, v_stop = bars[2], bars[7], bars[8]
+        # (key, word) of a box: registers e (key bit 0) and b (key bit 3); lanes the 4 words, t
+        # (key bits 1-2) and key bit 4; warps key bits 5-6
+        if WARPS == 4:
+            words: gl.constexpr = gl.DistributedLinearLayout(
+                reg_bases=[[1, 0], [8, 0]], lane_bases=[[0, 1], [0, 2], [2, 0], [4, 0], [16, 0]],
+                warp_bases=[[32, 0], [64, 0]], block_bases=[], shape=[BLOCK_N, 4])
+        else:  # two warps: key bit 6 in registers too
+            words: gl.constexpr = gl.DistributedLinearLayout(
+                reg_bases=[[1, 0], [8, 0], [64, 0]], lane_bases=[[0, 1], [0, 2], [2, 0], [4, 0], [16, 0]],
+                warp_bases=[[32, 0]], block_bases=[], shape=[BLOCK_N, 4])
+        box_words: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=2)
+        vt_words: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=32, rank=2)
+        g = 0
+        go = True
+        while go:
+            st = g % STAGES
+            mbarrier.wait(raw_ready.index(st), (g // STAGES) & 1)
+            go = g < gl.max(v_stop.load(gl.BlockedLayout([1], [32], [WARPS], [0])), 0)
+            if go:
+                for c in gl.static_range(CH):
+                    box = smem_reinterpret(raw_bufs.index(st * CH + c), gl.int32, [BLOCK_N, 4], box_words)
+                    x = box.load(words)  # x[key, i]: columns 4i .. 4i + 3 of the key
+                    # [group of 32, key bit 4, t, word, key bit 3, key bit 0]
+                    x = x.reshape(BLOCK_N // 32, 2, 2, 4, 2, 4).permute(0, 1, 3, 5, 2, 4)
+                    x = x.reshape(BLOCK_N // 4, 4, 2, 2)  # [position quad 4a + t (+ 8 per 32), word, b, e]
+                    x_e0, x_e1 = x.split()
+                    w0, w2 = x_e0.split()  # keys 2t, 2t + 8
+                    w1, w3 = x_e1.split()  # keys 2t + 1, 2t + 9
+                    o0, o1, o2, o3 = _ws_bytes_transposed(w0, w1, w2, w3)
+                    y = gl.join(gl.join(o0, o1), gl.join(o2, o3))
+                    # y[quad, word i, byte j % 2, byte j // 2]: column 4i + j -> [column, quad]
+                    y = y.permute(0, 1, 3, 2).reshape(BLOCK_N // 4, 16).permute(1, 0)
+                    rows = smem_reinterpret(v_bufs.index(st).slice(c * 16, 16, dim=0), gl.int32, [16, BLOCK_N // 4],
+                                            vt_words)
+                    rows.store(y)
+                fence_async_shared()
+                mbarrier.arrive(ready.index(st), count=1)
+            g += 1
 
     @gluon.jit
     def _ws_mask(s, n0, offs_m, seqlen_k, diag, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr,
@@ -453,7 +582,7 @@ if HAVE_GLUON:
         o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                            instr_shape=[16, O_COLS, 32])
         p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=4)
-        q_bufs, k_bufs, v_bufs = bufs
+        q_bufs, k_bufs, v_bufs = bufs[0], bufs[1], bufs[2]
         q_bar, q_free, ready, empty, turn = bars[0], bars[1], bars[2], bars[3], bars[4]
         Q_DESCALE, K_DESCALE, V_DESCALE, stride_qdb, stride_qdh, stride_kdb, stride_kdh, stride_vdb, stride_vdh = (
             descales)
@@ -615,12 +744,24 @@ if HAVE_GLUON:
         CONSUMERS: gl.constexpr, CONSUMER_REGS: gl.constexpr, CAUSAL: gl.constexpr, MAX_OFFSET: gl.constexpr,
         PINGPONG: gl.constexpr, RESCALE_UNDER_MMA: gl.constexpr, PERMUTE_KEYS: gl.constexpr, PACK_P: gl.constexpr,
         PV_FLUSH: gl.constexpr, PV_HALVES: gl.constexpr, PERSISTENT: gl.constexpr, DYNAMIC: gl.constexpr,
+        TRANSPOSE_V: gl.constexpr, TRANSPOSER_WARPS: gl.constexpr, TRANSPOSER_REGS: gl.constexpr,
     ):
         """Program p takes tile p (`_ws_tile`); PERSISTENT (a grid of one program per SM, `WsConfig`),
-        then tiles p + grid, p + 2 grid, ..., or, DYNAMIC, the tiles no other program has taken yet."""
+        then tiles p + grid, p + 2 grid, ..., or, DYNAMIC, the tiles no other program has taken yet.
+        TRANSPOSE_V: vt_desc is V itself, (b, s_k, hk*d) in boxes of (1, 128, 16), and
+        TRANSPOSER_WARPS transposer warps write V^T's stages (`_ws_transposer`)."""
         q_bufs = gl.allocate_shared_memory(q_desc.dtype, [CONSUMERS] + q_desc.block_type.shape, q_desc.layout)
         k_bufs = gl.allocate_shared_memory(k_desc.dtype, [STAGES] + k_desc.block_type.shape, k_desc.layout)
-        v_bufs = gl.allocate_shared_memory(vt_desc.dtype, [STAGES] + vt_desc.block_type.shape, vt_desc.layout)
+        if TRANSPOSE_V:
+            v_bufs = gl.allocate_shared_memory(gl.float8e4nv, [STAGES, HEAD_DIM, BLOCK_N],
+                                               gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=8, rank=2))
+            raw_bufs = gl.allocate_shared_memory(vt_desc.dtype, [STAGES * (HEAD_DIM // 16)] + vt_desc.block_type.shape,
+                                                 vt_desc.layout)
+            raw_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+            v_stop = gl.allocate_shared_memory(gl.int32, [1], gl.SwizzledSharedLayout(1, 1, 1, [0]))
+            v_stop.store(gl.full([1], 1 << 30, gl.int32, gl.BlockedLayout([1], [32], [4], [0])))
+        else:
+            v_bufs = gl.allocate_shared_memory(vt_desc.dtype, [STAGES] + vt_desc.block_type.shape, vt_desc.layout)
         q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
         q_free = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
         ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
@@ -635,44 +776,96 @@ if HAVE_GLUON:
         for i in gl.static_range(2):
             mbarrier.init(tile_bar.index(i), count=1)  # the loader wrote the next tile's number
         for i in gl.static_range(STAGES):
-            mbarrier.init(ready.index(i), count=1)
+            # TRANSPOSE_V: K's bytes and the transposer's arrive
+            mbarrier.init(ready.index(i), count=2 if TRANSPOSE_V else 1)
             mbarrier.init(empty.index(i), count=CONSUMERS)  # every consumer releases every stage
+            if TRANSPOSE_V:
+                mbarrier.init(raw_ready.index(i), count=1)
         fence_async_shared()
 
-        bufs = (q_bufs, k_bufs, v_bufs)
-        bars = (q_bar, q_free, ready, empty, turn, tile_slot, tile_bar)
+        if TRANSPOSE_V:
+            bufs = (q_bufs, k_bufs, v_bufs, raw_bufs)
+            bars = (q_bar, q_free, ready, empty, turn, tile_slot, tile_bar, raw_ready, v_stop)
+        else:  # (the same tuples' shapes; the last entries are not used)
+            bufs = (q_bufs, k_bufs, v_bufs, v_bufs)
+            bars = (q_bar, q_free, ready, empty, turn, tile_slot, tile_bar, ready, tile_slot)
         sched = (n_m_blocks, batch_heads, heads_per_chunk, heads_q)
         descales = (Q_DESCALE, K_DESCALE, V_DESCALE, stride_qdb, stride_qdh, stride_kdb, stride_kdh, stride_vdb,
                     stride_vdh)
         outs = (O, LSE, stride_ob, stride_os, stride_oh, stride_lb, stride_lh)
         # Consumer 0 is the default partition (num_warps=4), the others workers with the same code on
-        # the next 64 rows each; the loader warp (last, so the consumers fill whole warpgroups) keeps
-        # 24 registers. Gluon's lists are static: each consumer is spelled out.
+        # the next 64 rows each; then, TRANSPOSE_V, the transposer's warpgroup; the loader warp (last,
+        # so that the others fill whole warpgroups) keeps 24 registers. Gluon's lists are static:
+        # each combination is spelled out.
         if CONSUMERS == 2:
-            gl.warp_specialize([
-                (_ws_consumer, (bufs, bars, 0, sched, seqlen_q, seqlen_k, descales, outs, softmax_scale_log2, GROUP,
-                                BLOCK_N, HEAD_DIM, STAGES, CONSUMERS, CAUSAL, MAX_OFFSET, PINGPONG, RESCALE_UNDER_MMA,
-                                PERMUTE_KEYS, PACK_P, PV_FLUSH, PV_HALVES, PERSISTENT, DYNAMIC)),
-                (_ws_consumer, (bufs, bars, 1, sched, seqlen_q, seqlen_k, descales, outs, softmax_scale_log2, GROUP,
-                                BLOCK_N, HEAD_DIM, STAGES, CONSUMERS, CAUSAL, MAX_OFFSET, PINGPONG, RESCALE_UNDER_MMA,
-                                PERMUTE_KEYS, PACK_P, PV_FLUSH, PV_HALVES, PERSISTENT, DYNAMIC)),
-                (_ws_loader, (q_desc, k_desc, vt_desc, bufs, bars, sched, seqlen_q, seqlen_k, heads_kv, COUNTER, GROUP,
-                              HEAD_DIM, BLOCK_N, STAGES, CONSUMERS, CAUSAL, PERSISTENT, DYNAMIC)),
-            ], [4, 1], [CONSUMER_REGS, 24])
+            if TRANSPOSE_V:
+                gl.warp_specialize([
+                    (_ws_consumer, (bufs, bars, 0, sched, seqlen_q, seqlen_k, descales, outs, softmax_scale_log2,
+                                    GROUP, BLOCK_N, HEAD_DIM, STAGES, CONSUMERS, CAUSAL, MAX_OFFSET, PINGPONG,
+                                    RESCALE_UNDER_MMA, PERMUTE_KEYS, PACK_P, PV_FLUSH, PV_HALVES, PERSISTENT,
+                                    DYNAMIC)),
+                    (_ws_consumer, (bufs, bars, 1, sched, seqlen_q, seqlen_k, descales, outs, softmax_scale_log2,
+                                    GROUP, BLOCK_N, HEAD_DIM, STAGES, CONSUMERS, CAUSAL, MAX_OFFSET, PINGPONG,
+                                    RESCALE_UNDER_MMA, PERMUTE_KEYS, PACK_P, PV_FLUSH, PV_HALVES, PERSISTENT,
+                                    DYNAMIC)),
+                    (_ws_transposer, (bufs, bars, HEAD_DIM, BLOCK_N, STAGES, TRANSPOSER_WARPS)),
+                    (_ws_loader, (q_desc, k_desc, vt_desc, bufs, bars, sched, seqlen_q, seqlen_k, heads_kv, COUNTER,
+                                  GROUP, HEAD_DIM, BLOCK_N, STAGES, CONSUMERS, CAUSAL, PERSISTENT, DYNAMIC,
+                                  TRANSPOSE_V)),
+                ], [4, TRANSPOSER_WARPS, 1],
+                    [CONSUMER_REGS, TRANSPOSER_REGS, TRANSPOSER_REGS if TRANSPOSER_WARPS == 2 else 24])
+            else:
+                gl.warp_specialize([
+                    (_ws_consumer, (bufs, bars, 0, sched, seqlen_q, seqlen_k, descales, outs, softmax_scale_log2,
+                                    GROUP, BLOCK_N, HEAD_DIM, STAGES, CONSUMERS, CAUSAL, MAX_OFFSET, PINGPONG,
+                                    RESCALE_UNDER_MMA, PERMUTE_KEYS, PACK_P, PV_FLUSH, PV_HALVES, PERSISTENT,
+                                    DYNAMIC)),
+                    (_ws_consumer, (bufs, bars, 1, sched, seqlen_q, seqlen_k, descales, outs, softmax_scale_log2,
+                                    GROUP, BLOCK_N, HEAD_DIM, STAGES, CONSUMERS, CAUSAL, MAX_OFFSET, PINGPONG,
+                                    RESCALE_UNDER_MMA, PERMUTE_KEYS, PACK_P, PV_FLUSH, PV_HALVES, PERSISTENT,
+                                    DYNAMIC)),
+                    (_ws_loader, (q_desc, k_desc, vt_desc, bufs, bars, sched, seqlen_q, seqlen_k, heads_kv, COUNTER,
+                                  GROUP, HEAD_DIM, BLOCK_N, STAGES, CONSUMERS, CAUSAL, PERSISTENT, DYNAMIC,
+                                  TRANSPOSE_V)),
+                ], [4, 1], [CONSUMER_REGS, 24])
         else:  # FA3's 192-row tile
-            gl.warp_specialize([
-                (_ws_consumer, (bufs, bars, 0, sched, seqlen_q, seqlen_k, descales, outs, softmax_scale_log2, GROUP,
-                                BLOCK_N, HEAD_DIM, STAGES, CONSUMERS, CAUSAL, MAX_OFFSET, PINGPONG, RESCALE_UNDER_MMA,
-                                PERMUTE_KEYS, PACK_P, PV_FLUSH, PV_HALVES, PERSISTENT, DYNAMIC)),
-                (_ws_consumer, (bufs, bars, 1, sched, seqlen_q, seqlen_k, descales, outs, softmax_scale_log2, GROUP,
-                                BLOCK_N, HEAD_DIM, STAGES, CONSUMERS, CAUSAL, MAX_OFFSET, PINGPONG, RESCALE_UNDER_MMA,
-                                PERMUTE_KEYS, PACK_P, PV_FLUSH, PV_HALVES, PERSISTENT, DYNAMIC)),
-                (_ws_consumer, (bufs, bars, 2, sched, seqlen_q, seqlen_k, descales, outs, softmax_scale_log2, GROUP,
-                                BLOCK_N, HEAD_DIM, STAGES, CONSUMERS, CAUSAL, MAX_OFFSET, PINGPONG, RESCALE_UNDER_MMA,
-                                PERMUTE_KEYS, PACK_P, PV_FLUSH, PV_HALVES, PERSISTENT, DYNAMIC)),
-                (_ws_loader, (q_desc, k_desc, vt_desc, bufs, bars, sched, seqlen_q, seqlen_k, heads_kv, COUNTER, GROUP,
-                              HEAD_DIM, BLOCK_N, STAGES, CONSUMERS, CAUSAL, PERSISTENT, DYNAMIC)),
-            ], [4, 4, 1], [CONSUMER_REGS, CONSUMER_REGS, 24])
+            if TRANSPOSE_V:
+                gl.warp_specialize([
+                    (_ws_consumer, (bufs, bars, 0, sched, seqlen_q, seqlen_k, descales, outs, softmax_scale_log2,
+                                    GROUP, BLOCK_N, HEAD_DIM, STAGES, CONSUMERS, CAUSAL, MAX_OFFSET, PINGPONG,
+                                    RESCALE_UNDER_MMA, PERMUTE_KEYS, PACK_P, PV_FLUSH, PV_HALVES, PERSISTENT,
+                                    DYNAMIC)),
+                    (_ws_consumer, (bufs, bars, 1, sched, seqlen_q, seqlen_k, descales, outs, softmax_scale_log2,
+                                    GROUP, BLOCK_N, HEAD_DIM, STAGES, CONSUMERS, CAUSAL, MAX_OFFSET, PINGPONG,
+                                    RESCALE_UNDER_MMA, PERMUTE_KEYS, PACK_P, PV_FLUSH, PV_HALVES, PERSISTENT,
+                                    DYNAMIC)),
+                    (_ws_consumer, (bufs, bars, 2, sched, seqlen_q, seqlen_k, descales, outs, softmax_scale_log2,
+                                    GROUP, BLOCK_N, HEAD_DIM, STAGES, CONSUMERS, CAUSAL, MAX_OFFSET, PINGPONG,
+                                    RESCALE_UNDER_MMA, PERMUTE_KEYS, PACK_P, PV_FLUSH, PV_HALVES, PERSISTENT,
+                                    DYNAMIC)),
+                    (_ws_transposer, (bufs, bars, HEAD_DIM, BLOCK_N, STAGES, TRANSPOSER_WARPS)),
+                    (_ws_loader, (q_desc, k_desc, vt_desc, bufs, bars, sched, seqlen_q, seqlen_k, heads_kv, COUNTER,
+                                  GROUP, HEAD_DIM, BLOCK_N, STAGES, CONSUMERS, CAUSAL, PERSISTENT, DYNAMIC,
+                                  TRANSPOSE_V)),
+                ], [4, 4, TRANSPOSER_WARPS, 1], [CONSUMER_REGS, CONSUMER_REGS, TRANSPOSER_REGS, TRANSPOSER_REGS])
+            else:
+                gl.warp_specialize([
+                    (_ws_consumer, (bufs, bars, 0, sched, seqlen_q, seqlen_k, descales, outs, softmax_scale_log2,
+                                    GROUP, BLOCK_N, HEAD_DIM, STAGES, CONSUMERS, CAUSAL, MAX_OFFSET, PINGPONG,
+                                    RESCALE_UNDER_MMA, PERMUTE_KEYS, PACK_P, PV_FLUSH, PV_HALVES, PERSISTENT,
+                                    DYNAMIC)),
+                    (_ws_consumer, (bufs, bars, 1, sched, seqlen_q, seqlen_k, descales, outs, softmax_scale_log2,
+                                    GROUP, BLOCK_N, HEAD_DIM, STAGES, CONSUMERS, CAUSAL, MAX_OFFSET, PINGPONG,
+                                    RESCALE_UNDER_MMA, PERMUTE_KEYS, PACK_P, PV_FLUSH, PV_HALVES, PERSISTENT,
+                                    DYNAMIC)),
+                    (_ws_consumer, (bufs, bars, 2, sched, seqlen_q, seqlen_k, descales, outs, softmax_scale_log2,
+                                    GROUP, BLOCK_N, HEAD_DIM, STAGES, CONSUMERS, CAUSAL, MAX_OFFSET, PINGPONG,
+                                    RESCALE_UNDER_MMA, PERMUTE_KEYS, PACK_P, PV_FLUSH, PV_HALVES, PERSISTENT,
+                                    DYNAMIC)),
+                    (_ws_loader, (q_desc, k_desc, vt_desc, bufs, bars, sched, seqlen_q, seqlen_k, heads_kv, COUNTER,
+                                  GROUP, HEAD_DIM, BLOCK_N, STAGES, CONSUMERS, CAUSAL, PERSISTENT, DYNAMIC,
+                                  TRANSPOSE_V)),
+                ], [4, 4, 1], [CONSUMER_REGS, CONSUMER_REGS, 24])
 
 
 def ws_supported(device: torch.device | None = None) -> bool:
@@ -733,7 +926,10 @@ def fp8_attention_ws(
 
     q (b, s_q, h, d), k (b, s_k, hk, d): float8_e4m3fn, head_dim contiguous; v (b, s_k, hk, d)
     pre-transposed (`pretranspose_v`), or `key_ordered_vt(v)`: the same values with the keys
-    ordered as P's registers hold them, so P reaches its MMA without shuffles (faster).
+    ordered as P's registers hold them, so P reaches its MMA without shuffles (faster); or, with
+    a `WsConfig(transpose_v=True)` config (`default_ws_config(d, causal, transpose_v=True)`), V as
+    stored (head_dim contiguous, heads adjacent), transposed in the kernel: the same bits as
+    `key_ordered_vt(v)`, slower than that copy plus the kernel (v30).
     Descales float32 (b, hk), any strides (None = ones). `pv_flush`: as `fp8_attention`'s.
     Returns out bf16 (b, s_q, h, d) and lse float32 (b, h, s_q).
     """
@@ -745,8 +941,13 @@ def fp8_attention_ws(
     if config is not None and not isinstance(config, WsConfig):
         raise TypeError(f"config: expected a WsConfig (see default_ws_config) or None, got {type(config).__name__}")
     keyed = isinstance(v, KeyOrderedVt)
-    if config is not None and config.pack_p and not keyed:
-        raise ValueError("config: pack_p=True packs P in key order and needs V^T from key_ordered_vt(v), got a tensor")
+    natural = config is not None and config.transpose_v
+    if natural and keyed:
+        raise ValueError(f"config {config.label()}: transpose_v takes V as it is stored, (b, s_k, hk, d) with head_dim "
+                         "contiguous; got key_ordered_vt's V^T")
+    if config is not None and config.pack_p and not (keyed or natural):
+        raise ValueError("config: pack_p=True packs P in key order and needs V^T from key_ordered_vt(v) (or "
+                         "transpose_v=True, which writes that order), got a tensor")
     vt = v.data if keyed else v
     if keyed:
         if vt.dim() != 4 or vt.shape[-1] % 32 or not vt.is_contiguous() or vt.shape[-1] - v.seqlen_k not in range(32):
@@ -770,14 +971,25 @@ def fp8_attention_ws(
     if config is not None and config.pv_halves and d != 256:
         raise ValueError(f"config {config.label()}: pv_halves is for head_dim 256 (O and the flushed P V do not fit "
                          f"in a consumer's registers there), got head_dim {d}")
-    if keyed:
+    if config is not None and config.smem_bytes(d) > SMEM_LIMIT - 1024:
+        raise ValueError(f"config {config.label()}: its tiles take {config.smem_bytes(d)} bytes of shared memory at "
+                         f"head_dim {d}, more than an sm_90 program's {SMEM_LIMIT} (less 1 KiB for barriers); use "
+                         "fewer stages")
+    if natural:
+        if s_k and (vt.stride(3) != 1 or vt.stride(2) != d or (vt.stride(1) % 16) or (b > 1 and vt.stride(0) % 16)):
+            raise ValueError(f"v: transpose_v reads V by TMA as (b, s_k, hk * d): head_dim contiguous, heads "
+                             f"adjacent and 16-byte aligned rows, strides (*, multiple of 16, {d}, 1); got "
+                             f"{tuple(vt.stride())}")
+        vt_keys = 16  # (the check below is for V^T's rows; V's are checked here)
+    elif keyed:
         vt_keys = vt.shape[-1]  # V^T rows of seqlen_k rounded up to 32 keys
     else:
         if s_k and (vt.stride(1) != 1 or vt.stride(3) != s_k or vt.stride(2) != d * s_k or (
                 b > 1 and vt.stride(0) != hk * d * s_k)):  # (no keys: nothing is read, any strides)
             raise ValueError(
                 f"v: the warp-specialized kernel needs V pre-transposed (pretranspose_v: strides of a (b, hk, d, "
-                f"s_k) buffer, {(hk * d * s_k, 1, d * s_k, s_k)}), or key_ordered_vt(v); got {tuple(vt.stride())}"
+                f"s_k) buffer, {(hk * d * s_k, 1, d * s_k, s_k)}), or key_ordered_vt(v), or V as stored with "
+                f"WsConfig(transpose_v=True); got {tuple(vt.stride())}"
             )
         vt_keys = s_k
     if (vt_keys % 16) or vt.data_ptr() % 16:
@@ -803,10 +1015,15 @@ def fp8_attention_ws(
     fp8 = gl.float8e4nv
     q_smem = gl.NVMMASharedLayout.get_default_for([64, d], fp8)  # shared-memory layouts of the TMA tiles
     k_smem = gl.NVMMASharedLayout.get_default_for([cfg.block_n, d], fp8)
-    vt_smem = gl.NVMMASharedLayout.get_default_for([d, cfg.block_n], fp8)
     q_desc = TensorDescriptor(q, [q_rows, h * d], [q_stride, 1], [64, d], q_smem)
     k_desc = TensorDescriptor(k, [k_rows, hk * d], [k_stride, 1], [cfg.block_n, d], k_smem)
-    vt_desc = TensorDescriptor(vt, [b * hk * d, vt_keys], [vt_keys, 1], [d, cfg.block_n], vt_smem)
+    if natural:  # V's boxes of 128 keys x 16 columns, zeros past each sequence's keys (a 3-d box per batch)
+        v_smem = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=8, rank=3)
+        batch_stride = vt.stride(0) if b > 1 else s_k * vt.stride(1)
+        vt_desc = TensorDescriptor(vt, [b, s_k, hk * d], [batch_stride, vt.stride(1), 1], [1, cfg.block_n, 16], v_smem)
+    else:
+        vt_smem = gl.NVMMASharedLayout.get_default_for([d, cfg.block_n], fp8)
+        vt_desc = TensorDescriptor(vt, [b * hk * d, vt_keys], [vt_keys, 1], [d, cfg.block_n], vt_smem)
 
     out = torch.empty((b, s_q, h, d), dtype=torch.bfloat16, device=q.device)
     lse = torch.empty((b, h, s_q), dtype=torch.float32, device=q.device)
@@ -824,8 +1041,10 @@ def fp8_attention_ws(
         scale * LOG2E,
         GROUP=h // hk, HEAD_DIM=d, BLOCK_N=cfg.block_n, STAGES=cfg.stages, CONSUMERS=cfg.consumers,
         CONSUMER_REGS=cfg.consumer_regs, CAUSAL=bool(causal), MAX_OFFSET=float(max_offset),
-        PINGPONG=cfg.pingpong, RESCALE_UNDER_MMA=cfg.rescale_under_mma, PERMUTE_KEYS=keyed, PACK_P=cfg.pack_p,
-        PV_FLUSH=cfg.pv_flush, PV_HALVES=cfg.pv_halves, PERSISTENT=cfg.persistent, DYNAMIC=cfg.dynamic,
+        PINGPONG=cfg.pingpong, RESCALE_UNDER_MMA=cfg.rescale_under_mma, PERMUTE_KEYS=keyed or natural,
+        PACK_P=cfg.pack_p, PV_FLUSH=cfg.pv_flush, PV_HALVES=cfg.pv_halves, PERSISTENT=cfg.persistent,
+        DYNAMIC=cfg.dynamic, TRANSPOSE_V=cfg.transpose_v, TRANSPOSER_WARPS=cfg.transposer_warps,
+        TRANSPOSER_REGS=TRANSPOSER_REGS,
         num_warps=4,
         maxnreg=cfg.maxnreg,
     )
@@ -849,10 +1068,16 @@ def compile_ws_sm90(head_dim: int = 128, causal: bool = False, config: WsConfig 
     shapes = {"q_desc": [64, head_dim], "k_desc": [cfg.block_n, head_dim], "vt_desc": [head_dim, cfg.block_n]}
     descs = {name: f"tensordesc<fp8e4nv[{shp[0]}, {shp[1]}],{gl.NVMMASharedLayout.get_default_for(shp, fp8)!r}>"
              for name, shp in shapes.items()}
+    if cfg.transpose_v:
+        v_smem = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=8, rank=3)
+        descs["vt_desc"] = f"tensordesc<fp8e4nv[1, {cfg.block_n}, 16],{v_smem!r}>"
     types = dict(descs, O="*bf16", LSE="*fp32", COUNTER="*i32", Q_DESCALE="*fp32", K_DESCALE="*fp32", V_DESCALE="*fp32",
                  softmax_scale_log2="fp32")
     const = dict(GROUP=1, HEAD_DIM=head_dim, BLOCK_N=cfg.block_n, STAGES=cfg.stages, CONSUMERS=cfg.consumers,
                  CONSUMER_REGS=cfg.consumer_regs, CAUSAL=causal, MAX_OFFSET=FA3_MAX_OFFSET, PINGPONG=cfg.pingpong,
                  RESCALE_UNDER_MMA=cfg.rescale_under_mma, PERMUTE_KEYS=permute_keys, PACK_P=cfg.pack_p,
-                 PV_FLUSH=cfg.pv_flush, PV_HALVES=cfg.pv_halves, PERSISTENT=cfg.persistent, DYNAMIC=cfg.dynamic)
+                 PV_FLUSH=cfg.pv_flush, PV_HALVES=cfg.pv_halves, PERSISTENT=cfg.persistent, DYNAMIC=cfg.dynamic,
+                 TRANSPOSE_V=cfg.transpose_v, TRANSPOSER_WARPS=cfg.transposer_warps, TRANSPOSER_REGS=TRANSPOSER_REGS)
+    if cfg.transpose_v:
+        const["PERMUTE_KEYS"] = True
     return compile_sm90(_fp8_attention_ws_fwd, types, const, num_warps=4, maxnreg=cfg.maxnreg)

@@ -428,6 +428,33 @@ def v24_api_grid(results_dir: str | Path) -> pd.DataFrame:
     return out
 
 
+def v30_transpose_v(results_dir: str | Path) -> pd.DataFrame:
+    """V transposed inside the Gluon kernel (v30, `scripts/probe_transpose_v.py`; medians of three
+    interleaved rounds at 2x8192x32xd). Per case and form of the transposer ("shifts": its first
+    form, bytes moved with shifts and masks, `bench_v30_transpose_v_shifts.json`; "PRMT": the kept
+    one, eight byte permutes per 4 x 4 bytes, `bench_v30_transpose_v.json`), TFLOP/s of: the
+    key-ordered kernel on V^T made before the call ("V^T ready") and with `key_ordered_vt` inside
+    the timed call ("+ copy", what `fp8lab.attention` runs); the fastest `transpose_v` config;
+    the same tiles with a transposer that does no work ("no transpose": wrong results, what the rest
+    costs); fa3-fwd FP8. Ratios: in-kernel transpose / V^T ready and / + copy."""
+    frames = []
+    for form, name in (("shifts", "bench_v30_transpose_v_shifts.json"), ("PRMT", "bench_v30_transpose_v.json")):
+        rows = [r for r in load_results(Path(results_dir) / name)["rows"] if "tflops" in r]
+        df = pd.DataFrame(rows).pivot_table(index="case", columns="provider", values="tflops", aggfunc="median",
+                                            sort=False)
+        tv = [c for c in df.columns if c.startswith("fp8lab ws ws-")]
+        none = [c for c in df.columns if c.startswith("no transpose")]
+        out = pd.DataFrame({"V^T ready": df["fp8lab ws"], "+ copy": df["fp8lab ws + copy"],
+                            "transpose_v": df[tv].max(axis=1),
+                            "its config": df[tv].idxmax(axis=1).str.replace("fp8lab ws ws-", "ws-", regex=False),
+                            "no transpose": df[none].max(axis=1) if none else float("nan"),
+                            "FA3 FP8": df["fa3-fwd FP8"]})
+        out["transpose_v / V^T ready"] = out["transpose_v"] / out["V^T ready"]
+        out["transpose_v / + copy"] = out["transpose_v"] / out["+ copy"]
+        frames.append(out.assign(form=form).set_index("form", append=True))
+    return pd.concat(frames).reorder_levels(["form", "case"])
+
+
 def pv_accumulation(results_dir: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     """v27's long-context run (`bench_v27_long_context.json`, `scripts/probe_long_context.py`): rel L2
     against exact attention per kernel or emulation (rows) and number of keys (columns), and the
