@@ -310,6 +310,23 @@ def interleaved_times(
     return rows
 
 
+def case_rows(case: AttentionCase, timed: list[dict], labels: Mapping[str, str] | None = None) -> list[dict]:
+    """`interleaved_times`' rows for one case as the probes record them: case, head_dim, causal,
+    provider, round, then `config` (labels[provider], where given) and ms with TFLOP/s, or the error."""
+    out = []
+    for r in timed:
+        row = dict(case=case.label(), head_dim=case.head_dim, causal=case.causal, provider=r["provider"],
+                   round=r.get("round"))
+        if labels and r["provider"] in labels:
+            row["config"] = labels[r["provider"]]
+        if "ms" in r:
+            row.update(ms=r["ms"], tflops=tflops(case.flops(), r["ms"]))
+        else:
+            row.update(error=r.get("error"))
+        out.append(row)
+    return out
+
+
 def median_over_rounds(rows: list[dict], keys: tuple[str, ...] = ("case", "provider")) -> list[dict]:
     """One row per `keys` group of timed rows (rows with `ms` and `tflops`, e.g. from
     `interleaved_times`): the group's first row's other fields, with ms and tflops the medians over

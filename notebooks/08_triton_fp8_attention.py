@@ -811,7 +811,8 @@ flush_grid.round(3)
 # stages arrive by TMA in boxes of 128 keys x 16 columns, into a ring of their own, and two (or four)
 # transposer warps write each stage's V^T in `key_ordered_vt`'s key order before the consumers may
 # read it. Each thread reads, as 32-bit words of four columns, keys 2t, 2t + 1, 2t + 8 and 2t + 9 of
-# a group of 16: exactly the four that land at positions 4t .. 4t + 3. A 4 x 4 byte transpose in
+# a group of 16 (t = 0..3, from the thread's lane): exactly the four that land at positions
+# 4t .. 4t + 3 (exercise 11). A 4 x 4 byte transpose in
 # registers then gives one word per column, stored at once. The bits equal the copy's (a GPU test,
 # every head dim). The speed on the H200, 2x8192x32xd (`scripts/probe_transpose_v.py`;
 # "no transpose" is the same kernel with a transposer that writes nothing, wrong results, timed to
@@ -831,15 +832,16 @@ tv.round(3)
 # - **The loads cost little.** Without its work the same tiles run at the kernel's speed at head dim
 #   128 (and 4 % below at 64, with more stages than the kernel's own tiles there).
 # - **The transposer's instructions cost a lot.** In its first form ("shifts") each thread moved bytes
-#   with shifts and masks, about 28 integer instructions per 16 bytes: 12-19 % of the speed. Eight
+#   with shifts and masks, about 28 integer instructions per 16 bytes: 10-19 % of the speed. Eight
 #   byte permutes (PRMT, inline PTX in `_ws_bytes_transposed`) leave one `ldmatrix`, 8 PRMTs and 4
-#   stores per 16 bytes: 6-15 %. Four transposer warps instead of two changed little, so the cost is
-#   issue slots that the consumers' softmax needs, not the transposer's latency. At head dim 128 the
+#   stores per 16 bytes: 6-15 %. Four transposer warps instead of two bought 3-9 % in the first form
+#   and -1 to +4 % in the kept one (at head dim 128; `its config` says which won), so the cost is
+#   mostly issue slots that the consumers' softmax needs, not the transposer's latency. At head dim 128 the
 #   transposer has twice the bytes per key block and the softmax the same work: the loss doubles.
 # - **Head dim 256 has no room:** beside V's own ring only two stages fit in shared memory, and the
-#   loads are exposed: 0.45x.
-# - **So the copy stays.** `key_ordered_vt` (20-92 us at 16k tokens) plus the kernel costs 0-3 % in
-#   every case, the in-kernel transpose 6-15 % or more. `fp8lab.attention` keeps the copy;
+#   loads are exposed: 0.45x (first form; the kept one was not timed there).
+# - **So the copy stays.** `key_ordered_vt` (20-92 us at 16k tokens) plus the kernel costs 3-3.5 %
+#   (up to 4 % in the first run, within the spread at 256), the in-kernel transpose 6-15 % or more. `fp8lab.attention` keeps the copy;
 #   `transpose_v` is there for a V that must not be copied, and as this lesson. FA3 moves its bytes
 #   with `ldmatrix.trans` on 16-bit pairs and `stmatrix`, fewer instructions still (not tried here).
 

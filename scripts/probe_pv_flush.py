@@ -98,12 +98,8 @@ def timing(out: Path, dims: list[int], rounds: int) -> None:
             for wcfg in [default_ws_config(d, causal, True, pv_flush=True)] + (WS_PV_HALVES_CANDIDATES if d == 256 else []):
                 configs["fp8lab ws " + wcfg.label()] = wcfg
             calls = bench.case_calls(case, configs=configs)
-            for r in bench.interleaved_times(calls, rounds=rounds, settle_s=1.0, sync=torch.cuda.synchronize):
-                row = dict(case=case.label(), head_dim=d, causal=causal, provider=r["provider"], round=r.get("round"))
-                if "ms" in r:
-                    row.update(ms=r["ms"], tflops=bench.tflops(case.flops(), r["ms"]))
-                else:
-                    row.update(error=r.get("error"))
+            timed = bench.interleaved_times(calls, rounds=rounds, settle_s=1.0, sync=torch.cuda.synchronize)
+            for row in bench.case_rows(case, timed):
                 rows.append(row)
                 print(row, flush=True)
             bench.write_results(out / "timing.json", rows, env.context(dtype="float8_e4m3fn"))
@@ -119,15 +115,8 @@ def grid(out: Path, rounds: int, dims: list[int]) -> None:
         configs = {"fp8lab pf": default_config(d, causal, pv_flush=True),
                    "fp8lab ws pf": default_ws_config(d, causal, key_ordered=True, pv_flush=True)}
         calls = bench.case_calls(case, configs=configs)
-        for r in bench.interleaved_times(calls, rounds=rounds, settle_s=1.0, sync=torch.cuda.synchronize):
-            row = dict(case=case.label(), head_dim=d, causal=causal, provider=r["provider"], round=r.get("round"))
-            if r["provider"] in configs:
-                row["config"] = configs[r["provider"]].label()
-            if "ms" in r:
-                row.update(ms=r["ms"], tflops=bench.tflops(case.flops(), r["ms"]))
-            else:
-                row.update(error=r.get("error"))
-            rows.append(row)
+        timed = bench.interleaved_times(calls, rounds=rounds, settle_s=1.0, sync=torch.cuda.synchronize)
+        rows += bench.case_rows(case, timed, {name: c.label() for name, c in configs.items()})
         bench.write_results(out / ("grid.json" if len(dims) == 3 else f"grid_d{'_'.join(map(str, dims))}.json"), rows,
                             env.context(dtype="float8_e4m3fn"))
         here = [r for r in rows if r["case"] == case.label() and "tflops" in r]

@@ -120,16 +120,8 @@ def _time(out: Path, name: str, cases: list, rounds: int) -> None:
     rows = []
     for case in cases:
         calls, configs = _calls(case)
-        for r in bench.interleaved_times(calls, rounds=rounds, settle_s=1.5, sync=torch.cuda.synchronize):
-            row = dict(case=case.label(), head_dim=case.head_dim, causal=case.causal, provider=r["provider"],
-                       round=r.get("round"))
-            if r["provider"] in configs:
-                row["config"] = configs[r["provider"]].label()
-            if "ms" in r:
-                row.update(ms=r["ms"], tflops=bench.tflops(case.flops(), r["ms"]))
-            else:
-                row.update(error=r.get("error"))
-            rows.append(row)
+        timed = bench.interleaved_times(calls, rounds=rounds, settle_s=1.5, sync=torch.cuda.synchronize)
+        rows += bench.case_rows(case, timed, {name: c.label() for name, c in configs.items()})
         bench.write_results(out / name, rows, env.context(dtype="float8_e4m3fn"))
         here = [r for r in rows if r["case"] == case.label() and "tflops" in r]
         print(case.label(), {p: round(statistics.median(r["tflops"] for r in here if r["provider"] == p))

@@ -172,6 +172,24 @@ def test_interleaved_times_drops_a_failing_provider():
         bench.interleaved_times({})
 
 
+def test_case_rows_record_tflops_or_the_error():
+    import random
+
+    case = bench.AttentionCase(2, 8192, 32, 32, random.choice([64, 128, 256]), random.choice([False, True]))
+    gpu = _FakeGpu(["a", "b", "c"], fail_on_call={"c": 3})
+    timed = bench.interleaved_times(gpu.fns, rounds=3, settle_s=0.0, timer=gpu.timer)
+    rows = bench.case_rows(case, timed, {"b": "ws-n128s3"})
+    assert len(rows) == len(timed)
+    for row, r in zip(rows, timed):
+        assert (row["case"], row["head_dim"], row["causal"], row["provider"]) == (case.label(), case.head_dim,
+                                                                                 case.causal, r["provider"])
+        assert row.get("config") == ("ws-n128s3" if r["provider"] == "b" else None)
+        if "ms" in r:
+            assert row["tflops"] == pytest.approx(case.flops() / (r["ms"] * 1e-3) / 1e12)
+        else:
+            assert "c broke" in row["error"] and "tflops" not in row
+
+
 def test_median_over_rounds():
     import random
 

@@ -25,7 +25,7 @@ structure FlashAttention-3 uses and Triton's compiler does not build by itself:
   requires, so V comes pre-transposed (`fp8lab.kernels.pretranspose_v`, `key_ordered_vt`) or,
   with ``WsConfig(transpose_v=True)``, as stored: transposer warps then write each stage's
   V^T in shared memory, as FA3 does (v30: the same bits, 0.85-0.94x the speed at head dims
-  64 and 128, 0.45x at 256, so the copy is the faster way). P crosses
+  64 and 128, 0.45x at 256 in its first form, so the copy is the faster way). P crosses
   the loop to that MMA either in float32, cast next to the MMA (carried as e4m3 it
   would live one byte per register and be re-packed every iteration, v11), or with
   ``WsConfig(pack_p=True)`` packed four e4m3 per 32-bit word: written after the PV
@@ -230,6 +230,12 @@ WS_PV_HALVES_CANDIDATES: list[WsConfig] = [
 ]
 
 
+def _four_transposer_warps_unbuildable(config: WsConfig | None, head_dim: int) -> bool:
+    """True for a `transpose_v` config with four transposer warps at head_dim 256, which ptxas cannot
+    build (the launch's 128 registers per thread are too few for that head dim's wgmma)."""
+    return config is not None and config.transpose_v and config.transposer_warps == 4 and head_dim > 128
+
+
 def default_ws_config(head_dim: int, causal: bool = False, key_ordered: bool = False,
                       pv_flush: bool = False, transpose_v: bool = False) -> WsConfig:
     """The tiles that measured best on the H200 (docs/kernel-notes.md v8-v12, v19-v21).
@@ -249,7 +255,7 @@ def default_ws_config(head_dim: int, causal: bool = False, key_ordered: bool = F
     transposer warps that measured best at 2x8192x32xd (five / four stages at head_dim 64, four
     stages and two warps / three and four at 128 non-causal / causal, two stages at 256, where a
     third does not fit beside V's own ring): 0.85-0.94x the key-ordered kernel at 64 and 128, 0.45x
-    at 256, so `key_ordered_vt`'s copy plus that kernel is the faster way (v30)."""
+    at 256 (the first form), so `key_ordered_vt`'s copy plus that kernel is the faster way (v30)."""
     if transpose_v:
         cfg = replace(default_ws_config(head_dim, causal, True, pv_flush), transpose_v=True)
         if head_dim <= 64:
@@ -457,7 +463,8 @@ if HAVE_GLUON:
                     rows = smem_reinterpret(v_bufs.index(st).slice(c * 16, 16, dim=0), gl.int32, [16, BLOCK_N // 4],
                                             vt_words)
                     rows.store(y)
-                fence_async_shared()
+                fence_async_shared()  # every thread's stores, before the wgmma's async-proxy reads
+                # one arrive for all: Gluon puts a barrier of this partition's warps before it
                 mbarrier.arrive(ready.index(st), count=1)
             g += 1
 
@@ -975,6 +982,9 @@ def fp8_attention_ws(
         raise ValueError(f"config {config.label()}: its tiles take {config.smem_bytes(d)} bytes of shared memory at "
                          f"head_dim {d}, more than an sm_90 program's {SMEM_LIMIT} (less 1 KiB for barriers); use "
                          "fewer stages")
+    if natural and _four_transposer_warps_unbuildable(config, d):
+        raise ValueError(f"config {config.label()}: four transposer warps take a fourth warpgroup, whose launch "
+                         f"registers (128) the wgmma of head_dim {d} does not fit; use transposer_warps=2")
     if natural:
         if s_k and (vt.stride(3) != 1 or vt.stride(2) != d or (vt.stride(1) % 16) or (b > 1 and vt.stride(0) % 16)):
             raise ValueError(f"v: transpose_v reads V by TMA as (b, s_k, hk * d): head_dim contiguous, heads "
@@ -992,6 +1002,9 @@ def fp8_attention_ws(
                 f"WsConfig(transpose_v=True); got {tuple(vt.stride())}"
             )
         vt_keys = s_k
+    if natural and vt.data_ptr() % 16:
+        raise ValueError(f"v: TMA needs V's start 16-byte aligned, got an address {vt.data_ptr() % 16} mod 16 (a view "
+                         "that starts mid-row; pass a copy)")
     if (vt_keys % 16) or vt.data_ptr() % 16:
         raise ValueError(f"v: TMA needs 16-byte aligned rows of V^T: seqlen_k % 16 == 0 (or key_ordered_vt(v), which "
                          f"pads), got seqlen_k={s_k}")
@@ -1064,6 +1077,9 @@ def compile_ws_sm90(head_dim: int = 128, causal: bool = False, config: WsConfig 
     if not HAVE_GLUON:
         raise RuntimeError(f"compile_ws_sm90 needs Gluon (triton >= 3.5); this triton is {triton.__version__}")
     cfg = config or default_ws_config(head_dim, causal, permute_keys)
+    if _four_transposer_warps_unbuildable(cfg, head_dim):
+        raise ValueError(f"config {cfg.label()}: four transposer warps do not build at head_dim {head_dim}; use "
+                         "transposer_warps=2")
     fp8 = gl.float8e4nv
     shapes = {"q_desc": [64, head_dim], "k_desc": [cfg.block_n, head_dim], "vt_desc": [head_dim, cfg.block_n]}
     descs = {name: f"tensordesc<fp8e4nv[{shp[0]}, {shp[1]}],{gl.NVMMASharedLayout.get_default_for(shp, fp8)!r}>"
