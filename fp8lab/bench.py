@@ -115,6 +115,33 @@ H200_CEILINGS = {
 }
 H200_COPY_TBPS = {"measured copy (facts file)": 4.3, "datasheet": 4.8}
 
+# What an H200 holds on chip (132 SMs): where x could wait for its amax instead of being read again.
+H200_ON_CHIP_BYTES = {
+    "shared memory (132 x 228 KiB)": 132 * (228 << 10),
+    "registers (132 x 256 KiB)": 132 * (256 << 10),
+    "L2 (50 MiB)": 50 << 20,
+}
+
+
+def one_pass_bound(x_bytes: float, held_bytes: float, in_bytes: int = 2, out_bytes: int = 1) -> float:
+    """The largest fraction of copy speed that current (dynamic) per-tensor quantization of x can reach
+    when `held_bytes` of x stay on chip until the amax is known: the cast of the first value needs the
+    amax of the last, so the rest of x is read from HBM twice. Useful bytes: x read once and y
+    written (x_bytes / in_bytes values of out_bytes); moved: those plus the second read."""
+    if x_bytes <= 0 or held_bytes < 0:
+        raise ValueError(f"expected x_bytes > 0 and held_bytes >= 0, got {x_bytes} and {held_bytes}")
+    useful = x_bytes + x_bytes / in_bytes * out_bytes
+    return useful / (useful + max(x_bytes - held_bytes, 0.0))
+
+
+def held_for(x_bytes: float, target: float, in_bytes: int = 2, out_bytes: int = 1) -> float:
+    """Bytes of x that must stay on chip for `one_pass_bound` to reach `target` (0 < target <= 1)."""
+    if not 0 < target <= 1:
+        raise ValueError(f"target: expected a fraction in (0, 1], got {target}")
+    useful = x_bytes + x_bytes / in_bytes * out_bytes
+    return max(0.0, x_bytes - useful * (1 / target - 1))
+
+
 # The facts file's H200 table (section 6; one run, 2026-11-29): TFLOP/s by provider.
 FACTS_H200 = [
     {"case": "2x8192x32/8x128", "causal": False, "fa3-fwd bf16": 671, "fa3-fwd FP8": 899, "vLLM FA3 bf16": 598,

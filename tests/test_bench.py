@@ -26,6 +26,24 @@ def test_attention_bytes_count_the_input_width():
     assert bench.attention_intensity(case, input_bytes=2) < bench.attention_intensity(case) < 1e4
 
 
+def test_one_pass_bound_counts_the_second_read():
+    """Per tensor, every byte of x not held on chip is read twice: 3 useful bytes per bf16 value in 5
+    moved with nothing held (0.60), copy speed with all of x held, and held_for inverts the bound."""
+    import random
+
+    x = random.uniform(1e6, 1e9)
+    assert bench.one_pass_bound(x, 0) == pytest.approx(0.6)
+    assert bench.one_pass_bound(x, x) == 1.0 == bench.one_pass_bound(x, 2 * x)
+    target = random.uniform(0.61, 0.99)
+    assert bench.one_pass_bound(x, bench.held_for(x, target)) == pytest.approx(target)
+    assert bench.held_for(x, 0.5) == 0.0  # two passes already beat it
+    assert bench.one_pass_bound(x, 0, in_bytes=4) == pytest.approx(5 / 9)  # fp32 x: 4 + 1 useful, 4 more read
+    with pytest.raises(ValueError, match="fraction"):
+        bench.held_for(x, 1.5)
+    with pytest.raises(ValueError, match="x_bytes > 0"):
+        bench.one_pass_bound(0, 1)
+
+
 def test_grid_is_16k_tokens_32_heads():
     grid = bench.bench_grid()
     assert len(grid) == 3 * 3 * 2

@@ -127,6 +127,20 @@ def plot_quant_shapes(df: pd.DataFrame, target: float = 0.85, issue_copy_tbps: f
     return _copy_fraction_axes(ax, "batch x tokens (x 32 heads x 128: the same 128 MiB of bf16)", title)
 
 
+def plot_one_pass_bound(df: pd.DataFrame, marks: dict[str, float], target: float = 0.85,
+                        ax: plt.Axes | None = None,
+                        title: str = "Current per-tensor scaling of 128 MiB: what on-chip memory allows") -> plt.Axes:
+    """Line: `bench.one_pass_bound` (column bound) against the MB of x held on chip (column held_mb);
+    dotted verticals at `marks` (label -> MB), the target as a dashed line."""
+    ax = ax or plt.subplots(figsize=(8, 3.8))[1]
+    sns.lineplot(data=df, x="held_mb", y="bound", color="k", ax=ax)
+    for i, (label, mb) in enumerate(marks.items()):
+        ax.axvline(mb, ls=":", color=sns.color_palette("tab10")[i], lw=1.5, label=f"{label}: {mb:.0f} MB")
+    _target_line(ax, target, f"{target:.0%} of copy (the issue's target)")
+    ax.set_ylim(0.5, 1.02)
+    return _copy_fraction_axes(ax, "MB of x held on chip until the amax is known", title)
+
+
 def _target_line(ax: plt.Axes, y: float, label: str, ls: str = "--") -> None:
     ax.axhline(y, ls=ls, color="k", lw=1)
     ax.text(0.01, y + 0.01, label, fontsize=8, transform=ax.get_yaxis_transform())
