@@ -354,6 +354,15 @@ def case_rows(case: AttentionCase, timed: list[dict], labels: Mapping[str, str] 
     return out
 
 
+def case_medians(rows: list[dict], case: AttentionCase) -> dict[str, int]:
+    """Median TFLOP/s per provider of `case`'s timed rows (`case_rows`), rounded: a probe's progress line."""
+    import statistics
+
+    here = [r for r in rows if r["case"] == case.label() and "tflops" in r]
+    return {p: round(statistics.median(r["tflops"] for r in here if r["provider"] == p))
+            for p in dict.fromkeys(r["provider"] for r in here)}
+
+
 def median_over_rounds(rows: list[dict], keys: tuple[str, ...] = ("case", "provider")) -> list[dict]:
     """One row per `keys` group of timed rows (rows with `ms` and `tflops`, e.g. from
     `interleaved_times`): the group's first row's other fields, with ms and tflops the medians over

@@ -27,7 +27,6 @@ plus both kernels' `pv_flush` defaults ("fp8lab pf", "fp8lab ws pf"), in interle
 from __future__ import annotations
 
 import argparse
-import statistics
 from dataclasses import replace
 from pathlib import Path
 
@@ -119,9 +118,7 @@ def grid(out: Path, rounds: int, dims: list[int]) -> None:
         rows += bench.case_rows(case, timed, {name: c.label() for name, c in configs.items()})
         bench.write_results(out / ("grid.json" if len(dims) == 3 else f"grid_d{'_'.join(map(str, dims))}.json"), rows,
                             env.context(dtype="float8_e4m3fn"))
-        here = [r for r in rows if r["case"] == case.label() and "tflops" in r]
-        print(case.label(), {p: round(statistics.median(r["tflops"] for r in here if r["provider"] == p))
-                             for p in dict.fromkeys(r["provider"] for r in here)}, flush=True)
+        print(case.label(), bench.case_medians(rows, case), flush=True)
 
 
 def main() -> None:

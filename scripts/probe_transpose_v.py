@@ -21,7 +21,6 @@ rounds (`bench.interleaved_times`).
 from __future__ import annotations
 
 import argparse
-import statistics
 from dataclasses import asdict, replace
 from pathlib import Path
 
@@ -123,9 +122,7 @@ def _time(out: Path, name: str, cases: list, rounds: int) -> None:
         timed = bench.interleaved_times(calls, rounds=rounds, settle_s=1.5, sync=torch.cuda.synchronize)
         rows += bench.case_rows(case, timed, {name: c.label() for name, c in configs.items()})
         bench.write_results(out / name, rows, env.context(dtype="float8_e4m3fn"))
-        here = [r for r in rows if r["case"] == case.label() and "tflops" in r]
-        print(case.label(), {p: round(statistics.median(r["tflops"] for r in here if r["provider"] == p))
-                             for p in dict.fromkeys(r["provider"] for r in here)}, flush=True)
+        print(case.label(), bench.case_medians(rows, case), flush=True)
 
 
 def main() -> None:

@@ -206,6 +206,9 @@ def test_case_rows_record_tflops_or_the_error():
             assert row["tflops"] == pytest.approx(case.flops() / (r["ms"] * 1e-3) / 1e12)
         else:
             assert "c broke" in row["error"] and "tflops" not in row
+    medians = bench.case_medians(rows, case)
+    assert set(medians) == {"a", "b", "c"}  # c was timed once before it broke
+    assert all(medians[p] == round(case.flops() / (gpu.ms[p] * 1e-3) / 1e12) for p in medians)
 
 
 def test_median_over_rounds():
