@@ -29,7 +29,8 @@
 # - **(b)** how our kernel compares with FA3 FP8, FA3 bf16 and vLLM's FA3 FP8 varlen path, against the 0.9x target;
 # - **(c)** how two runs on the same card agree (the facts file's table against our run), and the power limit under them;
 # - **(d)** the roofline: why attention is compute-bound, which ceilings apply (FP8 GEMM, bf16 GEMM, the exp2 unit);
-# - **(e)** what fused FP8 quantization costs against the device copy;
+# - **(e)** what fused FP8 quantization costs against the device copy, and why current per-tensor
+#   scaling of an x larger than the chip cannot reach 85 % of it (a bound you can compute);
 # - **(f)** an open question: why vLLM's FP8 varlen path is slower;
 # - **(g)** what the kit's own call, `fp8lab.attention`, adds to our kernels and to FA3's, and how
 #   `fp8lab.prepare_attention` takes it away;
