@@ -32,15 +32,15 @@ from fp8lab import bench, env
 def candidates(d: int, causal: bool) -> list:
     """`transpose_v` configs worth timing at head dim d: the key-ordered default's tiles with V transposed
     in the kernel by 2 warps, at every stage count from 2 that fits in shared memory
-    (`WsConfig.smem_bytes`), and where two consumers leave the registers, by 4 warps."""
-    from fp8lab.kernels.attention_ws import SMEM_LIMIT, default_ws_config
+    (`WsConfig.fits`), and where two consumers leave the registers, by 4 warps."""
+    from fp8lab.kernels.attention_ws import default_ws_config
 
     base = replace(default_ws_config(d, causal, key_ordered=True), transpose_v=True)
     two = replace(base, consumers=2)
     if d == 256:  # (four warps need a fourth warpgroup, whose launch registers the head dim's wgmma do not fit)
         return [replace(base, stages=2)]
     out = [replace(c, stages=s) for c in (base, replace(two, transposer_warps=4)) for s in (3, 4, 5)]
-    return [c for c in dict.fromkeys(out) if c.smem_bytes(d) <= SMEM_LIMIT - 1024]
+    return [c for c in dict.fromkeys(out) if c.fits(d)]
 
 
 def check(out: Path) -> None:

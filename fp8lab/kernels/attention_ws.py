@@ -173,6 +173,10 @@ class WsConfig:
         ring = 2 + self.transpose_v
         return (self.block_m + ring * self.stages * self.block_n) * head_dim
 
+    def fits(self, head_dim: int) -> bool:
+        """The tiles fit an sm_90 program's shared memory at head_dim, with 1 KiB left for the barriers."""
+        return self.smem_bytes(head_dim) <= SMEM_LIMIT - 1024
+
     def label(self) -> str:
         return (f"ws-n{self.block_n}s{self.stages}" + "-pp" * self.pingpong + "-ru" * self.rescale_under_mma
                 + "-pw" * self.pack_p + f"-c{self.consumers}" * (self.consumers != 2) + "-ps" * self.persistent
@@ -978,7 +982,7 @@ def fp8_attention_ws(
     if config is not None and config.pv_halves and d != 256:
         raise ValueError(f"config {config.label()}: pv_halves is for head_dim 256 (O and the flushed P V do not fit "
                          f"in a consumer's registers there), got head_dim {d}")
-    if config is not None and config.smem_bytes(d) > SMEM_LIMIT - 1024:
+    if config is not None and not config.fits(d):
         raise ValueError(f"config {config.label()}: its tiles take {config.smem_bytes(d)} bytes of shared memory at "
                          f"head_dim {d}, more than an sm_90 program's {SMEM_LIMIT} (less 1 KiB for barriers); use "
                          "fewer stages")
@@ -990,7 +994,9 @@ def fp8_attention_ws(
             raise ValueError(f"v: transpose_v reads V by TMA as (b, s_k, hk * d): head_dim contiguous, heads "
                              f"adjacent and 16-byte aligned rows, strides (*, multiple of 16, {d}, 1); got "
                              f"{tuple(vt.stride())}")
-        vt_keys = 16  # (the check below is for V^T's rows; V's are checked here)
+        if vt.data_ptr() % 16:
+            raise ValueError(f"v: TMA needs V's start 16-byte aligned, got an address {vt.data_ptr() % 16} mod 16 (a "
+                             "view that starts mid-row; pass a copy)")
     elif keyed:
         vt_keys = vt.shape[-1]  # V^T rows of seqlen_k rounded up to 32 keys
     else:
@@ -1002,10 +1008,7 @@ def fp8_attention_ws(
                 f"WsConfig(transpose_v=True); got {tuple(vt.stride())}"
             )
         vt_keys = s_k
-    if natural and vt.data_ptr() % 16:
-        raise ValueError(f"v: TMA needs V's start 16-byte aligned, got an address {vt.data_ptr() % 16} mod 16 (a view "
-                         "that starts mid-row; pass a copy)")
-    if (vt_keys % 16) or vt.data_ptr() % 16:
+    if not natural and ((vt_keys % 16) or vt.data_ptr() % 16):
         raise ValueError(f"v: TMA needs 16-byte aligned rows of V^T: seqlen_k % 16 == 0 (or key_ordered_vt(v), which "
                          f"pads), got seqlen_k={s_k}")
     scale = check_softmax_scale(softmax_scale, d)
