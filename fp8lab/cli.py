@@ -2,8 +2,9 @@
 
     fp8lab info                         versions, device, compute capability
     fp8lab doctor [--json]              providers found, and the backend decision table
+    fp8lab notebooks list               the notebooks, in order
     fp8lab notebooks run [NAMES] [--smoke] [--out DIR]
-    fp8lab notebooks sync [--check]
+    fp8lab notebooks sync [NAMES] [--check]
     fp8lab fa3 fetch [--version V]      vLLM's FA3 library into fp8lab's cache
 """
 

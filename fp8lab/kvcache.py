@@ -212,6 +212,8 @@ class PagedKVCache:
         per sequence. Returns k, v (total_k, heads_kv, head_dim) in the cache's
         dtype and cu_seqlens_k int32 (num_seqs + 1,).
         """
+        if not len(seq_lens):
+            raise ValueError("seq_lens: expected at least one sequence, got 0")
         if not isinstance(block_table, torch.Tensor) or block_table.dtype.is_floating_point or block_table.dim() != 2 \
                 or block_table.shape[0] != len(seq_lens):
             got = (f"{block_table.dtype} {tuple(block_table.shape)}" if isinstance(block_table, torch.Tensor)
@@ -267,6 +269,8 @@ def paged_decode(
     """
     if math not in DECODE_MATH:
         raise ValueError(f"math: expected one of {DECODE_MATH}, got {math!r}")
+    if not len(seq_lens):
+        raise ValueError("seq_lens: expected at least one sequence, got 0")
     if q.dim() != 3 or q.shape[0] != len(seq_lens):
         raise ValueError(f"q: expected (num_seqs={len(seq_lens)}, heads_q, head_dim), got {tuple(q.shape)}")
     k, v, cu_k = cache.gather(block_table, seq_lens)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import numbers
 import operator
+import struct
 from dataclasses import dataclass
 from typing import Iterator
 
@@ -25,6 +26,7 @@ __all__ = [
     "check_cu_seqlens",
     "check_descale",
     "check_flag",
+    "check_folded_scale",
     "check_max_offset",
     "check_softmax_scale",
     "sequences",
@@ -32,6 +34,7 @@ __all__ = [
 
 FP8_ATTENTION_DTYPES = (torch.float8_e4m3fn,)
 _FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+_LOG2E = 1.4426950408889634  # log2(e): FA3 computes exp(x) as exp2(x * log2(e))
 
 
 @dataclass(frozen=True)
@@ -297,6 +300,9 @@ def check_max_offset(max_offset: float) -> float:
 def check_softmax_scale(softmax_scale: float | torch.Tensor | None, head_dim: int) -> float:
     """`softmax_scale` as a float, or `head_dim ** -0.5` for None; must be a real number > 0 (float32's range)."""
     if softmax_scale is None:
+        if isinstance(head_dim, bool) or not isinstance(head_dim, numbers.Integral) or head_dim < 1:
+            raise ValueError(f"head_dim: expected a positive int for the default softmax_scale head_dim ** -0.5, "
+                             f"got {head_dim!r}")
         return head_dim ** -0.5
     if isinstance(softmax_scale, torch.Tensor) and softmax_scale.numel() == 1:
         softmax_scale = softmax_scale.item()
@@ -306,6 +312,41 @@ def check_softmax_scale(softmax_scale: float | torch.Tensor | None, head_dim: in
         # FA3's online softmax subtracts the row max of the scaled scores: only a positive scale keeps it the max
         raise ValueError(f"softmax_scale: expected a number > 0 that float32 holds, got {softmax_scale!r}")
     return float(softmax_scale)
+
+
+def check_folded_scale(
+    softmax_scale: float,
+    q_descale: torch.Tensor | None = None,
+    k_descale: torch.Tensor | None = None,
+    check_values: bool = True,
+) -> None:
+    """FA3 folds softmax_scale * log2(e) * q_descale * k_descale into one float32 per (batch, kv head); it
+    must be finite and > 0 there, or every score becomes 0 or inf and the output NaN.
+
+    `softmax_scale` as `check_softmax_scale` returns it; descales as `check_descale` accepts them.
+    `check_values=False` (and a CUDA-graph capture) checks softmax_scale * log2(e) only: the
+    descale values would have to be read back, a device sync.
+    """
+    try:  # softmax_scale * log2(e) as the float32 the kernels are given; no tensor (this runs on every call)
+        base = struct.unpack("f", struct.pack("f", softmax_scale * _LOG2E))[0]
+    except OverflowError:
+        base = math.inf
+    given = [d for d in (q_descale, k_descale) if d is not None]
+    if 0 < base < math.inf:
+        if not (check_values and given) or _capturing(given[0]):
+            return
+        prod = given[0] if len(given) == 1 else given[0] * given[1]  # float32, as the kernels multiply
+        folded = torch.tensor(base, dtype=torch.float32, device=prod.device) * prod
+    else:
+        folded = torch.tensor(base, dtype=torch.float32)
+    bad = ~(torch.isfinite(folded) & (folded > 0))
+    if bool(bad.any()):
+        at = tuple(bad.nonzero()[0].tolist())  # () when only softmax_scale was checked
+        parts = [f"softmax_scale {softmax_scale!r}"] + [f"{n} {d[at].item()!r}" for n, d in (
+            ("q_descale", q_descale), ("k_descale", k_descale)) if d is not None and at]
+        raise ValueError("softmax_scale * log2(e) * q_descale * k_descale: expected finite and > 0 in float32 (FA3 "
+                         f"folds them into one scale), got {folded[at].item()}"
+                         + (f" at (batch, kv head) {at}" if at else "") + f" from {', '.join(parts)}")
 
 
 def sequences(shape: AttentionShape) -> Iterator[tuple[int, slice | int, slice | int]]:

@@ -13,6 +13,10 @@ float64 tensor `(heads,)` is returned; otherwise a Python float.
 | rel_l1 | sum |x - ref| / sum |ref| (SageAttention's) | 0 |
 | cosine | <x, ref> / (||x|| ||ref||) | 1 |
 | sqnr | 10 log10(sum ref^2 / sum (x - ref)^2), dB (torchao's) | inf |
+
+Against an all-zero `ref` (or head) the ratios are 0 / 0 or a / 0: a perfect match (x all
+zero too) scores perfect (rel_l2 and rel_l1 0, cosine 1, sqnr inf), any nonzero x the worst
+(rel_l2 and rel_l1 inf, cosine 0, sqnr -inf). NaN in x or ref still gives NaN.
 """
 
 from __future__ import annotations
@@ -50,6 +54,11 @@ def _prepare(x: torch.Tensor, ref: torch.Tensor, per_head: bool, head_axis: int)
     return x64.movedim(head_axis, 0).reshape(ref.shape[head_axis], -1), r64.movedim(head_axis, 0).reshape(ref.shape[head_axis], -1)
 
 
+def _ratio(num: torch.Tensor, den: torch.Tensor, if_both_zero: float) -> torch.Tensor:
+    """num / den, with `if_both_zero` where num and den are both 0 (a / 0 stays inf, NaN stays NaN)."""
+    return torch.where((num == 0) & (den == 0), torch.full_like(num, if_both_zero), num / den)
+
+
 def _finish(v: torch.Tensor, per_head: bool) -> torch.Tensor | float:
     return v if per_head else float(v[0])
 
@@ -61,9 +70,9 @@ def rmse(x: torch.Tensor, ref: torch.Tensor, *, per_head: bool = False, head_axi
 
 
 def rel_l2(x: torch.Tensor, ref: torch.Tensor, *, per_head: bool = False, head_axis: int = -2) -> torch.Tensor | float:
-    """Relative L2 error ||x - ref|| / ||ref|| (inf where ref is all zeros and x is not)."""
+    """Relative L2 error ||x - ref|| / ||ref|| (where ref is all zeros: 0 if x is too, else inf)."""
     a, r = _prepare(x, ref, per_head, head_axis)
-    return _finish(torch.linalg.vector_norm(a - r, dim=1) / torch.linalg.vector_norm(r, dim=1), per_head)
+    return _finish(_ratio(torch.linalg.vector_norm(a - r, dim=1), torch.linalg.vector_norm(r, dim=1), 0.0), per_head)
 
 
 def max_abs(x: torch.Tensor, ref: torch.Tensor, *, per_head: bool = False, head_axis: int = -2) -> torch.Tensor | float:
@@ -73,24 +82,29 @@ def max_abs(x: torch.Tensor, ref: torch.Tensor, *, per_head: bool = False, head_
 
 
 def rel_l1(x: torch.Tensor, ref: torch.Tensor, *, per_head: bool = False, head_axis: int = -2) -> torch.Tensor | float:
-    """Relative L1 error sum |x - ref| / sum |ref| (SageAttention's metric)."""
+    """Relative L1 error sum |x - ref| / sum |ref| (SageAttention's metric; where ref is all zeros: 0 if x is
+    too, else inf)."""
     a, r = _prepare(x, ref, per_head, head_axis)
-    return _finish((a - r).abs().sum(dim=1) / r.abs().sum(dim=1), per_head)
+    return _finish(_ratio((a - r).abs().sum(dim=1), r.abs().sum(dim=1), 0.0), per_head)
 
 
 def cosine(x: torch.Tensor, ref: torch.Tensor, *, per_head: bool = False, head_axis: int = -2) -> torch.Tensor | float:
-    """Cosine similarity <x, ref> / (||x|| ||ref||) of the flattened tensors (1 = same direction)."""
+    """Cosine similarity <x, ref> / (||x|| ||ref||) of the flattened tensors (1 = same direction;
+    1 where both are all zeros, 0 where only one is)."""
     a, r = _prepare(x, ref, per_head, head_axis)
     num = (a * r).sum(dim=1)
-    return _finish(num / (torch.linalg.vector_norm(a, dim=1) * torch.linalg.vector_norm(r, dim=1)), per_head)
+    norm_a, norm_r = torch.linalg.vector_norm(a, dim=1), torch.linalg.vector_norm(r, dim=1)
+    both_zero = (norm_a == 0) & (norm_r == 0)
+    return _finish(torch.where(both_zero, torch.ones_like(num), _ratio(num, norm_a * norm_r, 0.0)), per_head)
 
 
 def sqnr(x: torch.Tensor, ref: torch.Tensor, *, per_head: bool = False, head_axis: int = -2) -> torch.Tensor | float:
-    """Signal-to-quantization-noise ratio 10 log10(sum ref^2 / sum (x - ref)^2) in dB (inf when x == ref)."""
+    """Signal-to-quantization-noise ratio 10 log10(sum ref^2 / sum (x - ref)^2) in dB (inf when x == ref, all
+    zeros included; -inf when ref is all zeros and x is not)."""
     a, r = _prepare(x, ref, per_head, head_axis)
     noise = (a - r).square().sum(dim=1)
     signal = r.square().sum(dim=1)
-    return _finish(10.0 * torch.log10(signal / noise), per_head)
+    return _finish(10.0 * torch.log10(_ratio(signal, noise, float("inf"))), per_head)
 
 
 METRICS: dict[str, Callable[..., torch.Tensor | float]] = {

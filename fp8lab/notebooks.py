@@ -156,7 +156,8 @@ def notebooks_dir() -> Path:
 
 def _spec(name: str) -> NotebookSpec:
     for spec in MANIFEST:
-        if name in (spec.name, spec.name.split("_", 1)[0]):
+        number = spec.name.split("_", 1)[0]
+        if name in (spec.name, number) or (name.isdigit() and int(name) == int(number)):  # "5" is 05
             return spec
     known = ", ".join(s.name for s in MANIFEST)
     raise ValueError(f"unknown notebook {name!r}; expected one of: {known} (or its number)")
@@ -395,6 +396,13 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--check", action="store_true", help="only report stale pairs; exit 1 if any")
     sub.add_parser("list", help="the manifest")
     args = parser.parse_args(argv)
+    if args.command in ("run", "sync"):
+        try:
+            for name in args.names:
+                _spec(name)
+        except ValueError as e:  # a usage error: one line, no traceback
+            print(f"fp8lab notebooks {args.command}: {e}", file=sys.stderr)
+            return 2
 
     if args.command == "list":
         for spec in MANIFEST:

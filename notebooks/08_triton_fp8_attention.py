@@ -804,46 +804,62 @@ flush_grid.round(3)
 # which).
 
 # %% [markdown]
-# ## (p) V transposed inside the Gluon kernel (v30)
+# ## (p) V transposed inside the Gluon kernel (v30, v31)
 #
 # FA3 takes V as stored and transposes each key block's V in shared memory; the Gluon kernel took
 # V^T from a copy (`key_ordered_vt`, (f)). `WsConfig(transpose_v=True)` does what FA3 does. V's
-# stages arrive by TMA in boxes of 128 keys x 16 columns, into a ring of their own, and two (or four)
-# transposer warps write each stage's V^T in `key_ordered_vt`'s key order before the consumers may
-# read it. Each thread reads, as 32-bit words of four columns, keys 2t, 2t + 1, 2t + 8 and 2t + 9 of
-# a group of 16 (t = 0..3, from the thread's lane): exactly the four that land at positions
-# 4t .. 4t + 3 (exercise 11). A 4 x 4 byte transpose in
-# registers then gives one word per column, stored at once. The bits equal the copy's (a GPU test,
-# every head dim). The speed on the H200, 2x8192x32xd (`scripts/probe_transpose_v.py`;
-# "no transpose" is the same kernel with a transposer that writes nothing, wrong results, timed to
-# see what the rest costs):
+# stages arrive by TMA in boxes of 128 keys x 16 columns, and two (or four) transposer warps write
+# each stage's V^T in `key_ordered_vt`'s key order before the consumers may read it. A transposer
+# thread holds keys 2t, 2t + 1, 2t + 8 and 2t + 9 of a group of 16 (t = 0..3, from its lane): exactly
+# the four that land at positions 4t .. 4t + 3 (exercise 11), so a small transpose in registers gives
+# whole 32-bit words of V^T. The bits equal the copy's (a GPU test, every head dim). Three forms were
+# built and timed on the H200, 2x8192x32xd (`scripts/probe_transpose_v.py`; "no transpose" is the
+# same kernel with a transposer that does no work, wrong results, timed to see what the rest costs):
+#
+# - **shifts** (v30): 32-bit reads, the 4 x 4 byte transpose in shifts and masks, 32-bit stores; V's
+#   boxes in a ring of their own.
+# - **PRMT** (v30): the same, with eight byte permutes (`prmt`, inline PTX) per 4 x 4 bytes.
+# - **LDSM.T** (v31): FA3's instructions. `ldmatrix.trans` reads 16-bit pairs already half
+#   transposed, two PRMTs per pair of words finish it (`_ws_pairs_transposed`), and `stmatrix` writes
+#   four 8 x 8 matrices at once: per two boxes 4 + 16 + 4 instructions, against 27 per box before.
+#   The boxes land in V^T's own stage and are transposed in place, so head dim 256 gets back its
+#   third stage.
 
 # %%
-tv = explain.v30_transpose_v(rdir)
-record("v30_transpose_v_over_ready", {f"{form} {case}": round(float(x), 3)
-                                      for (form, case), x in tv["transpose_v / V^T ready"].items()})
-record("v30_no_transpose_over_ready", {f"{form} {case}": round(float(x), 3) for (form, case), x in
-                                       (tv["no transpose"] / tv["V^T ready"]).dropna().items()})
-record("v30_copy_over_ready", {f"{form} {case}": round(float(x), 3)
-                               for (form, case), x in (tv["+ copy"] / tv["V^T ready"]).items()})
+tv = explain.transpose_v_forms(rdir)
+record("transpose_v_over_ready", {f"{form} {case}": round(float(x), 3)
+                                  for (form, case), x in tv["transpose_v / V^T ready"].items()})
+record("no_transpose_over_ready", {f"{form} {case}": round(float(x), 3) for (form, case), x in
+                                   (tv["no transpose"] / tv["V^T ready"]).dropna().items()})
+record("copy_over_ready", {f"{form} {case}": round(float(x), 3)
+                           for (form, case), x in (tv["+ copy"] / tv["V^T ready"]).items()})
 tv.round(3)
 
+# %%
+plots.plot_transpose_v(tv)
+plt.show()
+
 # %% [markdown]
-# - **The loads cost little.** Without its work the same tiles run at the kernel's speed at head dim
-#   128 (and 4 % below at 64, with more stages than the kernel's own tiles there).
-# - **The transposer's instructions cost a lot.** In its first form ("shifts") each thread moved bytes
-#   with shifts and masks, about 28 integer instructions per 16 bytes: 10-19 % of the speed. Eight
-#   byte permutes (PRMT, inline PTX in `_ws_bytes_transposed`) leave one `ldmatrix`, 8 PRMTs and 4
-#   stores per 16 bytes: 6-15 %. Four transposer warps instead of two bought 3-9 % in the first form
-#   and -1 to +4 % in the kept one (at head dim 128; `its config` says which won), so the cost is
-#   mostly issue slots that the consumers' softmax needs, not the transposer's latency. At head dim 128 the
-#   transposer has twice the bytes per key block and the softmax the same work: the loss doubles.
-# - **Head dim 256 has no room:** beside V's own ring only two stages fit in shared memory, and the
-#   loads are exposed: 0.45x (first form; the kept one was not timed there).
-# - **So the copy stays.** `key_ordered_vt` (20-92 us at 16k tokens) plus the kernel costs 3-3.5 %
-#   (up to 4 % in the first run, within the spread at 256), the in-kernel transpose 6-15 % or more. `fp8lab.attention` keeps the copy;
-#   `transpose_v` is there for a V that must not be copied, and as this lesson. FA3 moves its bytes
-#   with `ldmatrix.trans` on 16-bit pairs and `stmatrix`, fewer instructions still (not tried here).
+# - **The transposer's instructions are the cost.** In the first form each thread moved bytes with
+#   about 28 integer instructions per 16 bytes: 10-19 % of the speed at head dims 64 and 128. Eight
+#   PRMTs per 16 bytes: 6-15 %. With the transposer doing nothing the v30 tiles ran at the kernel's
+#   speed at head dim 128, so the loads and the extra hand-over cost little there. Four transposer
+#   warps instead of two help little or not at all (`its config` says which won): the cost is issue
+#   slots that the consumers' softmax needs, not the transposer's latency.
+# - **Head dim 256 needed room.** With a ring of its own for V's boxes only two stages fit in shared
+#   memory, and the loads were exposed: 0.44-0.51x in both v30 forms. Transposed in place (v31), three
+#   stages fit: 0.72-0.75x.
+# - **At 64 and 128 FA3's instructions bought little.** LDSM.T is 1-2 points above PRMT at 64 and within
+#   the runs' spread at 128 (compare the ratios, each to the V^T-ready kernel of its own run), with half
+#   the instructions. Transposing in place costs something of its own: the "no transpose" tiles are
+#   9 % below the kernel at head dim 128 in place, and were not below it with v30's ring. A stage of V
+#   is now held from its load until its V^T is read, so the transposer's hand-over sits inside every
+#   stage's turn.
+# - **So the copy stays.** `key_ordered_vt` (20-92 us at 16k tokens) plus the kernel costs 2-6 % (and is
+#   within the spread at 256); the in-kernel transpose costs 5-6 % at 64, 15-16 % at 128 and 25-28 % at
+#   256. `fp8lab.attention` keeps the copy; `transpose_v` is there for a V that must not be copied, and
+#   as this lesson. What FA3 does beyond this: a whole producer warpgroup transposes, and V's columns
+#   are permuted (O's un-permuted in the epilogue) so that `stmatrix` meets no bank conflicts.
 
 # %% [markdown]
 # ## Summary

@@ -1,12 +1,12 @@
-"""V transposed inside the Gluon kernel (`WsConfig(transpose_v=True)`, v30): its bits and its speed (Hopper GPU).
+"""V transposed inside the Gluon kernel (`WsConfig(transpose_v=True)`, v30, v31): its bits and its speed (Hopper GPU).
 
     PYTHONPATH=. python3 scripts/probe_transpose_v.py OUT_DIR [--check] [--timing] [--grid] [--rounds N] [--dims D,..]
 
 --check (OUT_DIR/check.json): for head dims 64, 128 and 256, causal and not, GQA (8 query heads on 2
 kv heads), key counts that are not multiples of 128, b = 1 and 2, persistent or not, V strided:
-the kernel on V as stored (the key-ordered default's tiles, persistent and not) against the same config
-on `key_ordered_vt(v)` (`transpose_v=False`), which writes the same V^T in shared memory. Bits of out
-and lse must be equal.
+the kernel on V as stored (the key-ordered default's tiles, persistent and not, and at 64 and 128 with
+four transposer warps) against the same config on `key_ordered_vt(v)` (`transpose_v=False`), which
+holds the same V^T in shared memory. Bits of out and lse must be equal.
 
 --timing (OUT_DIR/timing.json): 2x8192x32xd, causal and not, for each head dim of --dims:
 `bench.case_calls` (both kernels' defaults, fa3-fwd FP8, vLLM's varlen path, FA3 bf16), plus "fp8lab
@@ -30,16 +30,15 @@ from fp8lab import bench, env
 
 
 def candidates(d: int, causal: bool) -> list:
-    """`transpose_v` configs worth timing at head dim d: the key-ordered default's tiles with V transposed
-    in the kernel by 2 warps, at every stage count from 2 that fits in shared memory
-    (`WsConfig.fits`), and where two consumers leave the registers, by 4 warps."""
+    """`transpose_v` configs worth timing at head dim d: the default (`default_ws_config(d, causal,
+    transpose_v=True)`) at every stage count from 3 that fits in shared memory (`WsConfig.fits`), and,
+    where two consumers leave the registers, by 4 transposer warps at 4 and 5 stages."""
     from fp8lab.kernels.attention_ws import default_ws_config
 
-    base = replace(default_ws_config(d, causal, key_ordered=True), transpose_v=True)
-    two = replace(base, consumers=2)
-    if d == 256:  # (four warps need a fourth warpgroup, whose launch registers the head dim's wgmma do not fit)
-        return [replace(base, stages=2)]
-    out = [replace(c, stages=s) for c in (base, replace(two, transposer_warps=4)) for s in (3, 4, 5)]
+    base = default_ws_config(d, causal, transpose_v=True)
+    out = [base] + [replace(base, stages=s) for s in (3, 4, 5, 6)]
+    if d < 256:
+        out += [replace(base, consumers=2, transposer_warps=4, stages=s) for s in (4, 5)]
     return [c for c in dict.fromkeys(out) if c.fits(d)]
 
 
@@ -58,9 +57,10 @@ def check(out: Path) -> None:
                 v4, vd4 = quantize_fp8(x[2], "head", heads_kv=4)
                 v, vd = v4[:, :, :2], vd4[:, :2]  # V strided: 2 of 4 kv heads, rows 4 x d bytes apart
                 vk = key_ordered_vt(v.contiguous())
-                base = replace(default_ws_config(d, causal, key_ordered=True), transpose_v=True, stages=2 if d == 256 else 3)
+                base = replace(default_ws_config(d, causal, key_ordered=True), transpose_v=True)
                 four = [replace(base, consumers=2, transposer_warps=4)] if d < 256 else []
-                for cfg in (base, replace(base, persistent=False, dynamic=False), *four):
+                cfgs = [base, replace(base, persistent=False, dynamic=False), *four]
+                for cfg in cfgs:
                     ref = fp8_attention_ws(q, k, vk, q_descale=qd, k_descale=kd, v_descale=vd, causal=causal,
                                            config=replace(cfg, transpose_v=False))
                     row = dict(head_dim=d, causal=causal, shape=f"{b}x{s_q}/{s_k}x8/2", config=cfg.label())
@@ -94,7 +94,7 @@ def _calls(case: bench.AttentionCase) -> tuple[dict, dict]:
     cfg = default_ws_config(d, causal, key_ordered=True)
     calls["fp8lab ws + copy"] = lambda: fp8_attention_ws(q, k, key_ordered_vt(v), q_descale=qd, k_descale=kd,
                                                          v_descale=vd, causal=causal, config=cfg)
-    if d < 256:  # what the loads and the ring cost without the transposes (wrong results: timing only)
+    if d < 256:  # what the loads cost without the transposes (wrong results: timing only)
         empty = _empty_transposer()
         for c in candidates(d, causal):
             if c.stages == 4:
@@ -111,8 +111,8 @@ def _empty_transposer():
 
     from fp8lab.kernels import attention_ws
 
-    return edited_copy(attention_ws, [("                for c in gl.static_range(CH):\n",
-                                       "                for c in gl.static_range(0):\n")], "attention_ws_no_transpose")
+    return edited_copy(attention_ws, [("                for c2 in gl.static_range(CH // 2):\n",
+                                       "                for c2 in gl.static_range(0):\n")], "attention_ws_no_transpose")
 
 
 def _time(out: Path, name: str, cases: list, rounds: int) -> None:

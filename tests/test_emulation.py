@@ -211,6 +211,22 @@ def test_bad_arguments(kwargs, exc, match):
         attention_fa3_fp8(q, k, v, **kwargs)
 
 
+def test_a_folded_scale_that_leaves_float32_is_refused():
+    """FA3 folds softmax_scale * log2(e) * q_descale * k_descale into one float32: where it underflows to 0 or
+    overflows to inf every output would be NaN, so the emulation refuses it, as the kernels do."""
+    q, k, v = (cast_to_fp8(x) for x in _qkv(sq=9, sk=17, seed=17))
+    qd, kd, vd = _descales(2, 2, seed=18)
+    for name, scale, value in (("q_descale", 1e-20, 1e-30), ("k_descale", 1e20, 1e30)):
+        ds = {"q_descale": qd, "k_descale": kd, "v_descale": vd}
+        ds[name] = ds[name].clone()
+        ds[name][1, 1] = value
+        with pytest.raises(ValueError, match=r"q_descale \* k_descale: expected finite and > 0 in float32.*"
+                                             r"at \(batch, kv head\) \(1, 1\)"):
+            attention_fa3_fp8(q, k, v, softmax_scale=scale, **ds)
+    with pytest.raises(ValueError, match="got inf from softmax_scale 3e"):  # float32 holds it, not times log2(e)
+        attention_fa3_fp8(q, k, v, softmax_scale=3e38)
+
+
 def test_an_empty_batch_gives_empty_outputs():
     q, k, v = (cast_to_fp8(x)[:0] for x in _qkv(sq=8, sk=8, seed=16))
     assert attention_fa3_fp8(q, k, v).shape == q.shape

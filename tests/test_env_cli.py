@@ -39,6 +39,28 @@ def test_entry_point_runs():
     assert "00_quickstart" in out.stdout and "08_triton_fp8_attention" in out.stdout
 
 
+@pytest.mark.parametrize("argv", [["notebooks", "run", "55"], ["notebooks", "sync", "--check", "99"],
+                                  ["notebooks", "run", "00_quickstart", "nope"]])
+def test_unknown_notebook_is_one_line_and_exit_2(argv, capsys):
+    """A usage error, not a traceback: nothing runs or is written."""
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"fp8lab notebooks {argv[1]}: unknown notebook {argv[-1]!r}") and "\n" not in err
+    assert "00_quickstart" in err  # says what it expected
+
+
+def test_a_notebook_is_named_by_name_or_number():
+    from fp8lab.notebooks import _spec
+
+    assert _spec("5") is _spec("05") is _spec("05_fp8_attention_accuracy") is not _spec("4")
+
+
+def test_help_lists_every_notebooks_command(capsys):
+    assert cli.main(["--help"]) == 0
+    out = capsys.readouterr().out
+    assert all(f"fp8lab notebooks {c}" in out for c in ("list", "run", "sync"))
+
+
 @pytest.mark.parametrize("argv", [["fa3"], ["fa3", "pull"]])
 def test_fa3_needs_fetch(argv):
     assert cli.main(argv) == 2

@@ -197,6 +197,21 @@ def test_triton_on_cpu_needs_the_interpreter():
     assert decide(CPU, {"triton"}, Request("fp8", 64), backend="triton", env={"TRITON_INTERPRET": "1"}).ok
 
 
+def test_triton_fp8_head_dim_16_needs_the_interpreter_on_a_gpu():
+    """On a GPU the Triton kernel's FP8 MMAs reduce over >= 32 values (`_check_config`): head_dim 16 does not run
+    there, so auto passes it over; the interpreter (and head_dim 32) still take it."""
+    small = Request("fp8", 16)
+    for dev in (ADA, HOPPER, BLACKWELL):
+        reasons, _ = gating.provider_reasons(PROVIDERS["triton"], dev, small, NO_ENV)
+        assert any("need head_dim >= 32" in r and "got 16" in r for r in reasons), reasons
+        assert decide(dev, {"triton", "sdpa"}, small, env=NO_ENV).label() == "error"
+        assert gating.provider_reasons(PROVIDERS["triton"], dev, Request("fp8", 32), NO_ENV)[0] == []
+        assert gating.provider_reasons(PROVIDERS["triton"], dev, small, {"TRITON_INTERPRET": "1"})[0] == []
+    assert gating.provider_reasons(PROVIDERS["triton"], CPU, small, {"TRITON_INTERPRET": "1"})[0] == []
+    assert gating.provider_reasons(PROVIDERS["fa3-fwd"], HOPPER, small, NO_ENV)[0] == []  # FA3 pads 16 up to 64
+    assert "FP8 on a GPU: from 32" in {r["provider"]: r for r in gating.capability_rows()}["triton"]["head dims"]
+
+
 @pytest.mark.parametrize("bad, error", [
     (dict(backend="fa4"), "backend: expected 'auto'"),
     (dict(backend="fa3:sdpa"), "fa3 has providers"),

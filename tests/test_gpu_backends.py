@@ -307,6 +307,25 @@ def test_fp8_into_fa2_on_this_gpu_is_a_clear_error():
         attention(q, q, q, backend="fa2")
 
 
+def test_fp8_head_dim_16_is_passed_over_by_our_kernel_on_this_gpu():
+    """The Triton kernel's FP8 MMAs need head_dim >= 32 on a GPU: gating says so before the kernel would,
+    and auto takes another FP8 provider where one is installed, with the reference's answer."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    g = torch.Generator(device=DEVICE).manual_seed(16)
+    q, k, v = (torch.randn(1, 40, h, 16, generator=g, device=DEVICE).to(torch.float8_e4m3fn) for h in (4, 2, 2))
+    with pytest.raises(BackendError, match=r"need head_dim >= 32.*got 16"):
+        attention(q, k, v, backend="triton")
+    try:
+        out = attention(q, k, v, causal=True)
+    except BackendError as e:  # no FP8 provider for head_dim 16 here: the error says why for each
+        assert "triton" in str(e) and "got 16" in str(e)
+        return
+    assert torch.isfinite(out).all()
+    ref = reference.attention_exact(q, k, v, causal=True)  # float64, on the FP8 values
+    assert ((out.double() - ref).norm() / ref.norm()).item() < 0.05  # P in e4m3: a few per cent
+
+
 @pytest.mark.parametrize("provider", FP8_PROVIDERS)
 def test_prepared_call_equals_attention(provider):
     """`prepare_attention` checks once; its calls give `attention`'s bits, and follow in-place writes."""

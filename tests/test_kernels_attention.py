@@ -278,6 +278,24 @@ def test_bad_options_are_rejected():
             fp8_attention(q, k, v, config=A.AttentionConfig(64, 16))
 
 
+def test_a_folded_scale_that_leaves_float32_is_refused():
+    """softmax_scale * log2(e) * q_descale * k_descale is one float32 in the kernel: 0 or inf there would give an
+    all-NaN output without a word. The descale values are checked where they are read (the CPU, check_descales)."""
+    gen = torch.Generator().manual_seed(27)
+    q, k, v = fp8(gen, 2, 13, 4, 32), fp8(gen, 2, 21, 2, 32), fp8(gen, 2, 21, 2, 32)
+    qd, kd, vd = descales(gen, 2, 2)
+    check = True if DEV == "cuda" else None
+    tiny, huge = qd.clone(), kd.clone()
+    tiny[1, 0], huge[0, 1] = 1e-30, 1e30
+    with pytest.raises(ValueError, match=r"expected finite and > 0 in float32.*got 0\.0 at \(batch, kv head\) \(1, 0\)"):
+        fp8_attention(q, k, v, tiny, kd, vd, softmax_scale=1e-15, check_descales=check)
+    with pytest.raises(ValueError, match=r"got inf at \(batch, kv head\) \(0, 1\)"):
+        fp8_attention(q, k, v, qd, huge, vd, softmax_scale=1e15, check_descales=check)
+    with pytest.raises(ValueError, match="got inf from softmax_scale 3e"):  # float32 holds it, not times log2(e)
+        fp8_attention(q, k, v, softmax_scale=3e38)
+    assert torch.isfinite(fp8_attention(q, k, v, qd, kd, vd, softmax_scale=1e-15)).all()  # small, but a float32
+
+
 def test_switches_configs_and_cu_seqlens_are_checked_as_given():
     """A string flag is truthy, a dict has no block_m, a strided cu_seqlens is read as if contiguous:
     each would run and be wrong or crash inside. Each is a named error instead."""

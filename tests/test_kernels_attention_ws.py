@@ -366,10 +366,10 @@ def test_ws_config_is_checked():
 
 def test_transpose_v_config_is_checked():
     """transpose_v (v30): stages of 128 keys; 4 transposer warps only beside two consumers (a fifth
-    warpgroup's registers); its shared memory counts V's own ring."""
+    warpgroup's registers); its shared memory is the same tiles' without it (v31: V lands in V^T's stages)."""
     cfg = W.WsConfig(stages=3, pack_p=True, transpose_v=True)
     assert cfg.label() == "ws-n128s3-pw-tv2" and W.WsConfig(transpose_v=True, transposer_warps=4).label() == "ws-n128s2-tv4"
-    assert cfg.smem_bytes(128) == (128 + 3 * 3 * 128) * 128 and W.WsConfig(stages=3).smem_bytes(128) == (128 + 2 * 3 * 128) * 128
+    assert cfg.smem_bytes(128) == (128 + 2 * 3 * 128) * 128 == W.WsConfig(stages=3).smem_bytes(128)
     with pytest.raises(ValueError, match="stages of 128 keys, got block_n=64"):
         W.WsConfig(block_n=64, transpose_v=True)
     for bad in (dict(transposer_warps=3), dict(transposer_warps=4, consumers=3)):
@@ -381,7 +381,9 @@ def test_transpose_v_config_is_checked():
             keyed = W.default_ws_config(d, causal, key_ordered=True)
             assert tv.transpose_v and tv.pack_p and tv.smem_bytes(d) <= W.SMEM_LIMIT - 1024
             assert (tv.block_n, tv.persistent, tv.dynamic) == (keyed.block_n, keyed.persistent, keyed.dynamic)
-    assert W.default_ws_config(256, False, transpose_v=True).stages == 2  # three would not fit
+    # v31: V lands in V^T's own stages, so the key-ordered tiles fit at every head dim
+    assert W.default_ws_config(256, False, transpose_v=True) == dataclasses.replace(
+        W.default_ws_config(256, False, key_ordered=True), transpose_v=True)
 
 
 @needs_gluon
@@ -408,23 +410,41 @@ def _prmt(a: int, b: int, sel: int) -> int:
 
 
 @needs_gluon
-def test_transposer_prmts_transpose_4x4_bytes_and_keys_land_in_p_order():
-    """The transposer's inline PTX (`_ws_bytes_transposed`, read from the kernel's source and run
-    here one prmt at a time) is a 4 x 4 byte transpose on random words; and the four keys a thread
-    reads (2t, 2t + 1, 2t + 8, 2t + 9 of each 16) are the ones `key_ordered_vt` stores at 4t .. 4t + 3."""
+def test_transposer_turns_a_box_of_v_into_key_ordered_vt_rows():
+    """The transposer's steps on one box of V (128 keys x 16 columns), run here as the kernel writes
+    them (`_ws_box_columns`): 16-bit pairs read as `ldmatrix.trans` gives them, the two PRMTs of
+    `_ws_pairs_transposed` (read from the kernel's source and run one at a time), the same reshapes
+    and permutes (copied here: the GPU test runs the kernel's own), give the 16 rows of V^T that
+    `key_ordered_vt` stores for those columns. A mutated selector fails it."""
     import inspect
-    import random
 
-    asm = "".join(re.findall(r'"([^"]*)"', inspect.getsource(W._ws_bytes_transposed.fn).split("gl.inline_asm")[1]))
-    ops = re.findall(r"prmt\.b32 (\S+), (\S+), (\S+), (0x[0-9a-f]+);", asm)
-    assert len(ops) == 8
-    for _ in range(200):
-        regs = {f"${4 + i}": random.getrandbits(32) for i in range(4)}
-        for dst, a, b, sel in ops:
-            regs[dst] = _prmt(regs[a], regs[b], int(sel, 16))
-        for j in range(4):
-            assert [(regs[f"${j}"] >> 8 * i) & 0xFF for i in range(4)] == [(regs[f"${4 + i}"] >> 8 * j) & 0xFF
-                                                                          for i in range(4)]
+    asm = "".join(re.findall(r'"([^"]*)"', inspect.getsource(W._ws_pairs_transposed.fn).split("gl.inline_asm")[1]))
+    ops = re.findall(r"prmt\.b32 (\$\d), (\$\d), (\$\d), (0x[0-9a-f]+);", asm)
+    assert len(ops) == 2
+
+    def pairs_transposed(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        # pack=2: consecutive int16 (the last dim) are one 32-bit register, element 0 low
+        words = {"$2": a, "$3": b}
+        words = {r: (t[..., 0].long() & 0xFFFF) | ((t[..., 1].long() & 0xFFFF) << 16) for r, t in words.items()}
+        out = {}
+        for dst, x, y, sel in ops:
+            out[dst] = torch.tensor([_prmt(int(u), int(w), int(sel, 16))
+                                     for u, w in zip(words[x].flatten(), words[y].flatten())]).reshape(words[x].shape)
+        halves = [torch.stack([out[r] & 0xFFFF, out[r] >> 16], -1).to(torch.int32).to(torch.int16) for r in ("$0", "$1")]
+        return halves[0], halves[1]
+
+    gen = torch.Generator().manual_seed(31)
+    v = fp8(gen, 1, 128, 1, 64)
+    box_col = 2  # columns 32 .. 47
+    box = v[0, :, 0, 16 * box_col: 16 * box_col + 16].contiguous().view(torch.int16)  # [key, pair]
+    x = box.reshape(128 // 16, 2, 4, 2, 8).permute(0, 2, 4, 3, 1)  # as _ws_box_columns
+    a, b = x[..., 0], x[..., 1]
+    even, odd = pairs_transposed(a, b)
+    y = torch.stack([even, odd], -1).permute(2, 4, 0, 1, 3).reshape(16, 128 // 2)
+    want = W.key_ordered_vt(v).data[0, 0, 16 * box_col: 16 * box_col + 16].contiguous().view(torch.int16)
+    assert torch.equal(y, want)
+    # and the four keys a thread's pairs hold (2t, 2t + 1, 2t + 8, 2t + 9 of each 16) are the ones
+    # key_ordered_vt stores at positions 4t .. 4t + 3
     keys = torch.arange(128, dtype=torch.uint8).reshape(1, 128, 1, 1).expand(1, 128, 1, 16).contiguous()
     order = W.key_ordered_vt(keys.view(torch.float8_e4m3fn)).data[0, 0, 0].view(torch.uint8).tolist()  # bytes = keys
     for group in range(0, 128, 16):
@@ -445,16 +465,17 @@ print(json.dumps(dict(ptx=k.asm["ptx"], shared=k.metadata.shared, label=cfg.labe
 @needs_gluon
 @pytest.mark.parametrize("head_dim", [64, 128, 256])
 def test_sm90_compile_of_transpose_v_reads_v_as_stored(head_dim):
-    """transpose_v (v30): V's stages come by 3-d TMA boxes (zeros past each sequence), the transposer
-    reads them with ldmatrix and keeps TRANSPOSER_REGS registers, and V's ring is in shared memory
-    beside Q, K and V^T; P reaches its MMA without shuffles, as with key_ordered_vt."""
+    """transpose_v (v30, v31): V's stages come by 3-d TMA boxes (zeros past each sequence) into V^T's
+    own stages, the transposer reads them with ldmatrix.trans, writes with stmatrix and keeps
+    TRANSPOSER_REGS registers, and the shared memory is the key-ordered kernel's (no ring of V beside
+    it); P reaches its MMA without shuffles, as with key_ordered_vt."""
     env = {key: val for key, val in os.environ.items() if key != "TRITON_INTERPRET"}
     done = subprocess.run([sys.executable, "-c", COMPILE_TV, str(head_dim)], env=env, capture_output=True,
                           text=True, timeout=300, cwd=ROOT)
     assert done.returncode == 0, done.stderr[-3000:]
     k = json.loads(done.stdout.strip().splitlines()[-1])
     ptx, cfg = k["ptx"], W.default_ws_config(head_dim, False, transpose_v=True)
-    assert "cp.async.bulk.tensor.3d" in ptx and "ldmatrix" in ptx
+    assert "cp.async.bulk.tensor.3d" in ptx and "ldmatrix.sync.aligned.m8n8.x4.trans" in ptx and "stmatrix" in ptx
     assert re.search(r"setmaxnreg\.dec\.sync\.aligned\.u32\s+%d" % W.TRANSPOSER_REGS, ptx)
     assert re.search(r"setmaxnreg\.inc\.sync\.aligned\.u32\s+%d" % cfg.consumer_regs, ptx)
     assert cfg.smem_bytes(head_dim) <= k["shared"] <= cfg.smem_bytes(head_dim) + 2048
@@ -466,7 +487,7 @@ def test_sm90_compile_of_transpose_v_reads_v_as_stored(head_dim):
 @needs_gluon
 @pytest.mark.parametrize("d", [64, 128, 256])
 def test_gpu_transpose_v_gives_the_key_ordered_bits(d):
-    """V as stored, transposed in shared memory by the kernel (v30), writes the V^T that
+    """V as stored, transposed in shared memory by the kernel (v30, v31), writes the V^T that
     key_ordered_vt stores: the same bits, for ragged key counts (not multiples of 16 either), GQA, a
     strided V (2 of 4 kv heads), one program per tile or persistent, 2 or 4 transposer warps. NaN
     codes just past each sequence's keys do not reach its last key block (the 3-d box stops at its

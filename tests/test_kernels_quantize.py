@@ -281,6 +281,20 @@ def test_bad_inputs(call, exc, match):
         call(x)
 
 
+@pytest.mark.parametrize("flag", ["no", 0, 1.0])
+def test_round_in_fp32_must_be_a_bool(flag):
+    """round_in_fp32="no" is truthy: it would take the float32 rounding path, not refuse it."""
+    gen = torch.Generator().manual_seed(21)
+    x = inputs(gen, 2, 13, 4, 32)
+    calls = [lambda: quantize_fp8(x, "head", round_in_fp32=flag),
+             lambda: quantize_fp8(x.transpose(1, 2).contiguous().transpose(1, 2), "tensor", round_in_fp32=flag),
+             lambda: quantize_fp8_static(x, 0.011, round_in_fp32=flag),
+             lambda: Q.quantize_fp8_delayed(x, torch.full((2, 4), 0.011, device=DEV), round_in_fp32=flag)]
+    for call in calls:  # head-major x included: it takes a detour through a view
+        with pytest.raises(TypeError, match=f"round_in_fp32: expected a bool, got {type(flag).__name__}"):
+            call()
+
+
 @triton.jit
 def _round_kernel(X, Y, Z, N: tl.constexpr):
     offs = tl.arange(0, N)

@@ -174,3 +174,19 @@ def test_paged_decode_bad_input():
     bf16 = PagedKVCache.allocate(2, 4, 1, 8, kv_cache_dtype="auto")
     with pytest.raises(ValueError, match="needs an FP8 cache"):
         paged_decode(q, bf16, table, [3], q_scale=1.0)
+
+
+@pytest.mark.parametrize("math", ["fa3_fp8", "dequantized"])
+def test_an_empty_batch_is_refused_by_name(math):
+    """No sequence: a named error, not torch.cat's "expected a non-empty list of Tensors"."""
+    g = torch.Generator().manual_seed(23)
+    cache = PagedKVCache.allocate(4, 4, 2, 16, k_scale=0.0173, v_scale=0.0219)
+    k, v = torch.randn(5, 2, 16, generator=g), torch.randn(5, 2, 16, generator=g)
+    table, slots = _random_pages(g, 4, [5], 4)
+    cache.write(k, v, slots)
+    empty_table, q = table[:0], torch.randn(0, 4, 16, generator=g)
+    with pytest.raises(ValueError, match="seq_lens: expected at least one sequence, got 0"):
+        cache.gather(empty_table, [])
+    with pytest.raises(ValueError, match="seq_lens: expected at least one sequence, got 0"):
+        paged_decode(q, cache, empty_table, [], math=math, q_scale=0.0131)
+    assert paged_decode(torch.randn(1, 4, 16, generator=g), cache, table, [5], math=math, q_scale=0.0131).shape == (1, 4, 16)

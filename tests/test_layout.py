@@ -143,6 +143,30 @@ def test_softmax_scale():
         with pytest.raises(ValueError, match="softmax_scale: expected a number > 0"):
             check_softmax_scale(bad, 64)
     assert check_softmax_scale(np.float32(0.25), 64) == 0.25  # a NumPy number is a number
+    for bad in (0, -64):  # head_dim ** -0.5 is undefined: a ValueError, not a ZeroDivisionError
+        with pytest.raises(ValueError, match=f"head_dim: expected a positive int .*got {bad}"):
+            check_softmax_scale(None, bad)
+
+
+def test_folded_scale_must_stay_finite_and_positive_in_float32():
+    """FA3 folds softmax_scale * log2(e) * q_descale * k_descale into one float32: 0 or inf there is an all-NaN
+    output, so it is refused, naming the (batch, kv head) where it happens."""
+    from fp8lab.layout import check_folded_scale
+
+    g = torch.Generator().manual_seed(113)
+    qd, kd = torch.rand(3, 2, generator=g) + 0.1, torch.rand(3, 2, generator=g) + 0.1
+    check_folded_scale(0.125, qd, kd)  # an ordinary call passes
+    check_folded_scale(0.125, None, kd)
+    tiny, huge = qd.clone(), kd.clone()
+    tiny[2, 1], huge[1, 0] = 1e-38, 1e38
+    with pytest.raises(ValueError, match=r"expected finite and > 0 in float32.*got 0\.0 at \(batch, kv head\) \(2, 1\)"):
+        check_folded_scale(1e-10, tiny, kd)
+    with pytest.raises(ValueError, match=r"got inf at \(batch, kv head\) \(1, 0\) from softmax_scale 1.*, q_descale [\d.]+, k_descale 9\.9\d*e\+37"):
+        check_folded_scale(1e10, qd, huge)
+    for scale in (1e-46, 3e38):  # softmax_scale * log2(e) alone leaves float32
+        with pytest.raises(ValueError, match="expected finite and > 0 in float32"):
+            check_folded_scale(scale, None, None)
+    check_folded_scale(1e-10, tiny, kd, check_values=False)  # the values unread: what a GPU call does by default
 
 
 def test_cu_seqlens_must_be_contiguous():

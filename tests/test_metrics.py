@@ -30,6 +30,27 @@ def test_perfect_and_degenerate_cases():
     assert cosine(-ref, ref) == pytest.approx(-1.0)
 
 
+def test_an_all_zero_reference_scores_a_match_perfect_and_anything_else_worst():
+    """0 / 0 is not NaN here: against an all-zero ref (a masked row, a zero head) an all-zero x is perfect and
+    any other x the worst, head by head."""
+    gen = torch.Generator().manual_seed(19)
+    x = torch.randn(3, 11, 2, 8, generator=gen, dtype=torch.float64)
+    zero = torch.zeros_like(x)
+    assert (rel_l2(zero, zero), rel_l1(zero, zero), cosine(zero, zero), sqnr(zero, zero)) == (0.0, 0.0, 1.0, math.inf)
+    assert (rel_l2(x, zero), rel_l1(x, zero), cosine(x, zero), sqnr(x, zero)) == (math.inf, math.inf, 0.0, -math.inf)
+    assert cosine(zero, x) == 0.0 and rel_l2(zero, x) == 1.0 and sqnr(zero, x) == 0.0
+    ref = x.clone()
+    ref[:, :, 1] = 0  # head 1 all zero in ref; x matches it there
+    got = x.clone()
+    got[:, :, 1] = 0
+    for fn, perfect in ((rel_l2, 0.0), (rel_l1, 0.0), (cosine, 1.0), (sqnr, math.inf)):
+        per = fn(got, ref, per_head=True)
+        assert float(per[1]) == perfect and float(per[0]) == pytest.approx(perfect), fn.__name__
+    nan = x.clone()
+    nan[0, 0, 0, 0] = math.nan  # NaN still shows
+    assert all(math.isnan(fn(nan, zero)) for fn in (rel_l2, rel_l1, cosine, sqnr))
+
+
 @pytest.mark.parametrize("name", list(METRICS))
 def test_per_head_matches_each_head_alone(name):
     gen = torch.Generator().manual_seed(0)

@@ -239,6 +239,19 @@ def test_per_channel_cannot_go_to_fa3():
         quantize_for_fa3(randn(1, 8, 2, 16), ScaleStrategy(PerChannel()), 2)
 
 
+def test_per_head_groups_that_straddle_kv_heads_say_what_fa3_needs():
+    """PerHead(1) gives one scale per sequence, and FA3 wants one per KV head from scales within one group."""
+    x = randn(2, 13, 4, 16, seed=22)
+    with pytest.raises(ValueError, match=r"x: expected a PerHead granularity whose number of scales per sequence is "
+                                         r"a multiple of heads_kv=2 .*got PerHead\(heads_kv=1\): 1 scale\(s\) per "
+                                         r"sequence for x's 4 heads"):
+        quantize_for_fa3(x, ScaleStrategy(PerHead(1)), heads_kv=2)
+    with pytest.raises(ValueError, match=r"multiple of heads_kv=4 .*PerHead\(heads_kv=2\)"):
+        quantize_for_fa3(x, ScaleStrategy(PerHead(2)), heads_kv=4)
+    for g in (PerHead(), PerHead(2), PerHead(4)):
+        assert quantize_for_fa3(x, ScaleStrategy(g), heads_kv=2)[1].shape == (2, 2)
+
+
 # --------------------------------------------------------------------------- options
 
 

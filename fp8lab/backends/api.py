@@ -21,7 +21,7 @@ import torch
 
 from fp8lab.backends import gating, providers
 from fp8lab.backends.gating import Decision, Device, Request
-from fp8lab.layout import AttentionShape, check_attention_inputs, check_flag, check_softmax_scale
+from fp8lab.layout import AttentionShape, check_attention_inputs, check_flag, check_folded_scale, check_softmax_scale
 
 __all__ = [
     "BackendError", "PreparedAttention", "attention", "choose_backend", "device_of", "dequantize_inputs",
@@ -258,6 +258,8 @@ def prepare_attention(
     for name, flag in (("causal", causal), ("return_lse", return_lse), ("pv_flush", pv_flush)):
         check_flag(name, flag)
     scale = check_softmax_scale(softmax_scale, shape.head_dim)
+    if shape.fp8:  # (the descales were read back above; a second read of them costs no wait)
+        check_folded_scale(scale, q_descale, k_descale)
     decision = _decide(q, shape, backend, return_lse, fp8_fallback, pv_flush)
     if not decision.ok:
         raise BackendError(decision.error_message(backend), decision)

@@ -206,7 +206,8 @@ def provider_order(backend: str, env: Mapping[str, str] | None = None) -> list[s
 # `ProviderSpec.head_dims` rules in words (what `_head_dim_reasons` checks).
 HEAD_DIM_RULES: dict[str, str] = {
     "fa3": "<= 256, multiple of 8 (FP8: 16)", "fa2": "<= 256, multiple of 8, dv == d",
-    "triton": "16..256, multiple of 16, dv == d", "gluon": "64, 128 or 256, dv == d", "any": "any",
+    "triton": "16..256, multiple of 16 (FP8 on a GPU: from 32), dv == d", "gluon": "64, 128 or 256, dv == d",
+    "any": "any",
 }
 
 
@@ -298,6 +299,11 @@ def provider_reasons(
         if req.dtype == "fp8" and spec.fp8_min_capability and cap < spec.fp8_min_capability:
             m = spec.fp8_min_capability
             reasons.append(f"FP8 tensor-core MMAs need compute capability >= {m[0]}.{m[1]} (Ada, Hopper, Blackwell), this is {cap[0]}.{cap[1]}")
+        if (req.dtype == "fp8" and spec.head_dims == "triton" and req.head_dim <= 16
+                and env.get("TRITON_INTERPRET", "0") in ("", "0")):
+            # fp8lab.kernels.attention._check_config: the padded head_dim is the FP8 MMA's reduction (>= 32)
+            reasons.append(f"the Triton kernel's FP8 MMAs on a GPU need head_dim >= 32 (padded to a power of two), "
+                           f"got {req.head_dim}")
     if req.dtype not in spec.dtypes:
         if req.dtype == "fp8" and "bf16" in spec.dtypes and req.fp8_fallback == "dequantize":
             dequantize = True

@@ -103,8 +103,8 @@ import triton.language as tl
 
 from fp8lab.env import triton_interpret
 from fp8lab.kernels.fp8_rounding import round_to_bf16, round_to_e4m3
-from fp8lab.layout import (AttentionShape, check_attention_inputs, check_descale, check_flag, check_max_offset,
-                           check_softmax_scale)
+from fp8lab.layout import (AttentionShape, check_attention_inputs, check_descale, check_flag, check_folded_scale,
+                           check_max_offset, check_softmax_scale)
 
 __all__ = [
     "AttentionConfig",
@@ -774,6 +774,8 @@ def fp8_attention(
     cfg = config or default_config(d, causal, pv_flush)
     _check_config(cfg, d_pad, q.device)
     scale = check_softmax_scale(softmax_scale, d)
+    # the descale values only where `_check_inputs` read them (no device sync on a GPU by default)
+    check_folded_scale(scale, q_descale, k_descale, check_values=q.device.type != "cuda" or bool(check_descales))
     check_max_offset(max_offset)
     round_p = triton_interpret() if round_p_in_fp32 is None else check_flag("round_p_in_fp32", round_p_in_fp32)
 

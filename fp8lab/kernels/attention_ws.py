@@ -24,8 +24,9 @@ structure FlashAttention-3 uses and Triton's compiler does not build by itself:
   (FA3's ``MmaPV_is_RS``); V^T's tile is K-major in shared memory as FP8 wgmma
   requires, so V comes pre-transposed (`fp8lab.kernels.pretranspose_v`, `key_ordered_vt`) or,
   with ``WsConfig(transpose_v=True)``, as stored: transposer warps then write each stage's
-  V^T in shared memory, as FA3 does (v30: the same bits, 0.85-0.94x the speed at head dims
-  64 and 128, 0.45x at 256 in its first form, so the copy is the faster way). P crosses
+  V^T in shared memory, as FA3 does, with ``ldmatrix.trans`` and ``stmatrix`` (v31: the same
+  bits, 0.94-0.95x the speed at head dim 64, 0.84-0.85x at 128, 0.72-0.75x at 256, so a copy
+  of V plus the kernel is the faster way). P crosses
   the loop to that MMA either in float32, cast next to the MMA (carried as e4m3 it
   would live one byte per register and be re-packed every iteration, v11), or with
   ``WsConfig(pack_p=True)`` packed four e4m3 per 32-bit word: written after the PV
@@ -79,7 +80,8 @@ import triton
 from fp8lab.kernels._gluon import HAVE_GLUON, compile_sm90, sm_count
 from fp8lab.kernels.attention import heads_per_chunk
 from fp8lab.kernels.vlayout import transpose_keys
-from fp8lab.layout import check_attention_inputs, check_descale, check_flag, check_max_offset, check_softmax_scale
+from fp8lab.layout import (check_attention_inputs, check_descale, check_flag, check_folded_scale, check_max_offset,
+                           check_softmax_scale)
 
 if HAVE_GLUON:
     from fp8lab.kernels._gluon import (
@@ -89,6 +91,7 @@ if HAVE_GLUON:
         gluon,
         mbarrier,
         smem_reinterpret,
+        thread_barrier,
         warpgroup_mma,
         warpgroup_mma_wait,
     )
@@ -120,7 +123,7 @@ class WsConfig:
     dynamic: bool = False  # persistent programs take the next untaken tile from a counter (FA3's), not a fixed list
     pv_flush: bool = False  # each block's P V in a fresh accumulator, added to O in float32 (AttentionConfig's)
     pv_halves: bool = False  # with pv_flush at head_dim 256: O and P V in two halves of head_dim, waited for in turn
-    transpose_v: bool = False  # V in FA3's layout, each stage transposed in shared memory by transposer warps (v30)
+    transpose_v: bool = False  # V in FA3's layout, each stage transposed in shared memory by transposer warps (v30, v31)
     transposer_warps: int = 2  # transpose_v: 2 (in the loader warp's warpgroup) or 4 (a warpgroup of their own)
 
     def __post_init__(self) -> None:
@@ -168,10 +171,9 @@ class WsConfig:
         return 240 if self.consumers == 2 else 160
 
     def smem_bytes(self, head_dim: int) -> int:
-        """Shared memory of the tiles at head_dim (FP8): Q's rows, the K and V^T ring, and with
-        `transpose_v` a ring of V as it arrives."""
-        ring = 2 + self.transpose_v
-        return (self.block_m + ring * self.stages * self.block_n) * head_dim
+        """Shared memory of the tiles at head_dim (FP8): Q's rows and the K and V^T ring (with
+        `transpose_v` V arrives in V^T's stages and is transposed there, v31)."""
+        return (self.block_m + 2 * self.stages * self.block_n) * head_dim
 
     def fits(self, head_dim: int) -> bool:
         """The tiles fit an sm_90 program's shared memory at head_dim, with 1 KiB left for the barriers."""
@@ -255,18 +257,17 @@ def default_ws_config(head_dim: int, causal: bool = False, key_ordered: bool = F
     256 (128 keys spill there). `pv_flush`: the same tiles with each block's P V added to O in
     float32 (v28), at head_dim 256 in halves (`pv_halves`: 961 / 895 TFLOP/s non-causal / causal at
     2x8192x32x256 with key-ordered V, against 383 / 370 for the whole product; v28). `transpose_v`
-    (V as stored, transposed in the kernel, v30): the key-ordered tiles with the stages and
-    transposer warps that measured best at 2x8192x32xd (five / four stages at head_dim 64, four
-    stages and two warps / three and four at 128 non-causal / causal, two stages at 256, where a
-    third does not fit beside V's own ring): 0.85-0.94x the key-ordered kernel at 64 and 128, 0.45x
-    at 256 (the first form), so `key_ordered_vt`'s copy plus that kernel is the faster way (v30)."""
+    (V as stored, transposed in the kernel; v30, v31): the key-ordered tiles with two transposer warps
+    and the stage counts that measured best at 2x8192x32xd in v31 (four / three at head_dim 64
+    non-causal / causal, four at 128, three at 256: 597 / 552, 704 / 677, 790 / 749 TFLOP/s; the
+    stage count moves these by 1-4 %)."""
     if transpose_v:
         cfg = replace(default_ws_config(head_dim, causal, True, pv_flush), transpose_v=True)
         if head_dim <= 64:
-            return replace(cfg, stages=4 if causal else 5)
+            return replace(cfg, stages=3 if causal else 4)
         if head_dim <= 128:
-            return replace(cfg, stages=3, transposer_warps=4) if causal else replace(cfg, stages=4)
-        return replace(cfg, stages=2)
+            return replace(cfg, stages=4)
+        return cfg
     if pv_flush:
         return replace(default_ws_config(head_dim, causal, key_ordered), pv_flush=True, pv_halves=head_dim > 128)
     if key_ordered:
@@ -407,15 +408,23 @@ if HAVE_GLUON:
         mbarrier.arrive(raw_ready.index(st), count=1)
 
     @gluon.jit
-    def _ws_bytes_transposed(w0, w1, w2, w3):
-        """The 4 x 4 byte transpose of four int32 words: word j of the result holds byte j of w0, w1,
-        w2 and w3, low byte first. Eight PRMTs (shifts and masks compiled to about 28 instructions)."""
+    def _ws_pairs_transposed(a, b):
+        """Two columns of V^T from the 16-bit pairs `ldmatrix.trans` gives a thread: a holds columns 2c
+        and 2c + 1 of keys 2t and 2t + 1 (one word: key 2t's two bytes, then key 2t + 1's), b the same
+        of keys 2t + 8 and 2t + 9. Returns, as the same kind of word, column 2c's bytes of the four
+        keys, low byte first, and column 2c + 1's: two PRMTs (FA3's byte_perm 0x6420 and 0x7531)."""
         return gl.inline_asm_elementwise(
-            "{.reg .b32 t0, t1, t2, t3; prmt.b32 t0, $4, $5, 0x5140; prmt.b32 t1, $4, $5, 0x7362; "
-            "prmt.b32 t2, $6, $7, 0x5140; prmt.b32 t3, $6, $7, 0x7362; prmt.b32 $0, t0, t2, 0x5410; "
-            "prmt.b32 $1, t0, t2, 0x7632; prmt.b32 $2, t1, t3, 0x5410; prmt.b32 $3, t1, t3, 0x7632;}",
-            "=r,=r,=r,=r,r,r,r,r", [w0, w1, w2, w3], dtype=(gl.int32, gl.int32, gl.int32, gl.int32), is_pure=True,
-            pack=1)
+            "prmt.b32 $0, $2, $3, 0x6420; prmt.b32 $1, $2, $3, 0x7531;",
+            "=r,=r,r,r", [a, b], dtype=(gl.int16, gl.int16), is_pure=True, pack=2)
+
+    @gluon.jit
+    def _ws_box_columns(raw, pairs: gl.constexpr, box_pairs: gl.constexpr, BLOCK_N: gl.constexpr):
+        box = smem_reinterpret(raw, gl.int16, [BLOCK_N, 8], box_pairs)
+        x = box.load(pairs)
+        x = x.reshape(BLOCK_N // 16, 2, 4, 2, 8).permute(0, 2, 4, 3, 1)
+        a, b = x.split()
+        even, odd = _ws_pairs_transposed(a, b)
+        return gl.join(even, odd).permute(2, 4, 0, 1, 3).reshape(16, BLOCK_N // 2)
 
     @gluon.jit
     def _ws_transposer(bufs, bars, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
@@ -423,27 +432,29 @@ if HAVE_GLUON:
         """WARPS warps (TRANSPOSE_V): V^T_j from V_j in shared memory, as `key_ordered_vt` stores
         it, for each ring position until the loader says stop (`_ws_stop_transposer`).
 
-        A stage of V arrives as HEAD_DIM / 16 boxes of 128 keys x 16 columns. Each thread reads, as
-        int32 words of four columns, the keys 2t, 2t + 1, 2t + 8 and 2t + 9 of a group of 16 (t =
-        0..3): `key_ordered_vt` puts exactly those four at positions 4t .. 4t + 3. A 4 x 4 byte
-        transpose in registers (`_ws_bytes_transposed`) gives, per column, the word of those four
-        positions, stored as one int32 into V^T's rows. Then a fence (the wgmma reads through the
-        async proxy) and the second arrive on the stage's `ready`."""
+        A stage of V arrives as HEAD_DIM / 16 boxes of 128 keys x 16 columns, box c on the 2 KiB that
+        V^T's rows 16c .. 16c + 15 take: the stage is transposed in place, box by box. `ldmatrix.trans`
+        gives each thread, as 16-bit pairs, columns 2c and 2c + 1 of keys 2t, 2t + 1 and (another
+        matrix) 2t + 8, 2t + 9 of a group of 16 (t = 0..3): `key_ordered_vt` puts exactly those four
+        at positions 4t .. 4t + 3. Two PRMTs (`_ws_pairs_transposed`) make them the words of columns 2c
+        and 2c + 1 at those positions, and `stmatrix` writes them; a barrier of the transposer's warps
+        between a box's reads and its writes. Then a fence (the wgmma reads through the async proxy)
+        and the second arrive on the stage's `ready`."""
         CH: gl.constexpr = HEAD_DIM // 16
         v_bufs, raw_bufs = bufs[2], bufs[3]
         ready, raw_ready, v_stop = bars[2], bars[7], bars[8]
-        # (key, word) of a box: registers e (key bit 0) and b (key bit 3); lanes the 4 words, t
-        # (key bits 1-2) and key bit 4; warps key bits 5-6
+        # (key, column pair) of a box: registers key bit 0 (the two halves of a word), bit 3 and bit 4,
+        # (with two warps) bit 5; lanes key bits 1-2 (t) and the pair (c); warps the rest
         if WARPS == 4:
-            words: gl.constexpr = gl.DistributedLinearLayout(
-                reg_bases=[[1, 0], [8, 0]], lane_bases=[[0, 1], [0, 2], [2, 0], [4, 0], [16, 0]],
-                warp_bases=[[32, 0], [64, 0]], block_bases=[], shape=[BLOCK_N, 4])
-        else:  # two warps: key bit 6 in registers too
-            words: gl.constexpr = gl.DistributedLinearLayout(
-                reg_bases=[[1, 0], [8, 0], [64, 0]], lane_bases=[[0, 1], [0, 2], [2, 0], [4, 0], [16, 0]],
-                warp_bases=[[32, 0]], block_bases=[], shape=[BLOCK_N, 4])
-        box_words: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=2)
-        vt_words: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=32, rank=2)
+            pairs: gl.constexpr = gl.DistributedLinearLayout(
+                reg_bases=[[1, 0], [8, 0], [16, 0]], lane_bases=[[2, 0], [4, 0], [0, 1], [0, 2], [0, 4]],
+                warp_bases=[[32, 0], [64, 0]], block_bases=[], shape=[BLOCK_N, 8])
+        else:
+            pairs: gl.constexpr = gl.DistributedLinearLayout(
+                reg_bases=[[1, 0], [8, 0], [16, 0], [32, 0]], lane_bases=[[2, 0], [4, 0], [0, 1], [0, 2], [0, 4]],
+                warp_bases=[[64, 0]], block_bases=[], shape=[BLOCK_N, 8])
+        box_pairs: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=16, rank=2)
+        vt_pairs: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2)
         g = 0
         go = True
         while go:
@@ -451,22 +462,13 @@ if HAVE_GLUON:
             mbarrier.wait(raw_ready.index(st), (g // STAGES) & 1)
             go = g < gl.max(v_stop.load(gl.BlockedLayout([1], [32], [WARPS], [0])), 0)
             if go:
-                for c in gl.static_range(CH):
-                    box = smem_reinterpret(raw_bufs.index(st * CH + c), gl.int32, [BLOCK_N, 4], box_words)
-                    x = box.load(words)  # x[key, i]: columns 4i .. 4i + 3 of the key
-                    # [group of 32, key bit 4, t, word, key bit 3, key bit 0]
-                    x = x.reshape(BLOCK_N // 32, 2, 2, 4, 2, 4).permute(0, 1, 3, 5, 2, 4)
-                    x = x.reshape(BLOCK_N // 4, 4, 2, 2)  # [position quad 4a + t (+ 8 per 32), word, b, e]
-                    x_e0, x_e1 = x.split()
-                    w0, w2 = x_e0.split()  # keys 2t, 2t + 8
-                    w1, w3 = x_e1.split()  # keys 2t + 1, 2t + 9
-                    o0, o1, o2, o3 = _ws_bytes_transposed(w0, w1, w2, w3)
-                    y = gl.join(gl.join(o0, o1), gl.join(o2, o3))
-                    # y[quad, word i, byte j % 2, byte j // 2]: column 4i + j -> [column, quad]
-                    y = y.permute(0, 1, 3, 2).reshape(BLOCK_N // 4, 16).permute(1, 0)
-                    rows = smem_reinterpret(v_bufs.index(st).slice(c * 16, 16, dim=0), gl.int32, [16, BLOCK_N // 4],
-                                            vt_words)
-                    rows.store(y)
+                for c2 in gl.static_range(CH // 2):
+                    y0 = _ws_box_columns(raw_bufs.index(st * CH + 2 * c2), pairs, box_pairs, BLOCK_N)
+                    y1 = _ws_box_columns(raw_bufs.index(st * CH + 2 * c2 + 1), pairs, box_pairs, BLOCK_N)
+                    thread_barrier()
+                    rows = smem_reinterpret(v_bufs.index(st).slice(c2 * 32, 32, dim=0), gl.int16, [32, BLOCK_N // 2],
+                                            vt_pairs)
+                    rows.store(gl.join(y0, y1).permute(2, 0, 1).reshape(32, BLOCK_N // 2))
                 fence_async_shared()  # every thread's stores, before the wgmma's async-proxy reads
                 # one arrive for all: Gluon puts a barrier of this partition's warps before it
                 mbarrier.arrive(ready.index(st), count=1)
@@ -766,8 +768,9 @@ if HAVE_GLUON:
         if TRANSPOSE_V:
             v_bufs = gl.allocate_shared_memory(gl.float8e4nv, [STAGES, HEAD_DIM, BLOCK_N],
                                                gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=8, rank=2))
-            raw_bufs = gl.allocate_shared_memory(vt_desc.dtype, [STAGES * (HEAD_DIM // 16)] + vt_desc.block_type.shape,
-                                                 vt_desc.layout)
+            # V's boxes land on the bytes they become in V^T (box c: rows 16c .. 16c + 15), for the transposer
+            raw_bufs = smem_reinterpret(v_bufs, gl.float8e4nv, [STAGES * (HEAD_DIM // 16), 1, BLOCK_N, 16],
+                                        gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=8, rank=3))
             raw_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
             v_stop = gl.allocate_shared_memory(gl.int32, [1], gl.SwizzledSharedLayout(1, 1, 1, [0]))
             v_stop.store(gl.full([1], 1 << 30, gl.int32, gl.BlockedLayout([1], [32], [4], [0])))
@@ -940,7 +943,7 @@ def fp8_attention_ws(
     ordered as P's registers hold them, so P reaches its MMA without shuffles (faster); or, with
     a `WsConfig(transpose_v=True)` config (`default_ws_config(d, causal, transpose_v=True)`), V as
     stored (head_dim contiguous, heads adjacent), transposed in the kernel: the same bits as
-    `key_ordered_vt(v)`, slower than that copy plus the kernel (v30).
+    `key_ordered_vt(v)`, slower than that copy plus the kernel (v31).
     Descales float32 (b, hk), any strides (None = ones). `pv_flush`: as `fp8_attention`'s.
     Returns out bf16 (b, s_q, h, d) and lse float32 (b, h, s_q).
     """
@@ -1012,6 +1015,7 @@ def fp8_attention_ws(
         raise ValueError(f"v: TMA needs 16-byte aligned rows of V^T: seqlen_k % 16 == 0 (or key_ordered_vt(v), which "
                          f"pads), got seqlen_k={s_k}")
     scale = check_softmax_scale(softmax_scale, d)
+    check_folded_scale(scale, q_descale, k_descale, check_values=False)  # softmax_scale's part: no device sync
     descales = []
     for name, t in (("q_descale", q_descale), ("k_descale", k_descale), ("v_descale", v_descale)):
         if t is None:

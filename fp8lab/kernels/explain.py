@@ -428,18 +428,23 @@ def v24_api_grid(results_dir: str | Path) -> pd.DataFrame:
     return out
 
 
-def v30_transpose_v(results_dir: str | Path) -> pd.DataFrame:
-    """V transposed inside the Gluon kernel (v30, `scripts/probe_transpose_v.py`; medians of three
-    interleaved rounds at 2x8192x32xd). Per case and form of the transposer ("shifts": its first
-    form, bytes moved with shifts and masks, `bench_v30_transpose_v_shifts.json`; "PRMT": the kept
-    one, eight byte permutes per 4 x 4 bytes, `bench_v30_transpose_v.json`), TFLOP/s of: the
-    key-ordered kernel on V^T made before the call ("V^T ready") and with `key_ordered_vt` inside
-    the timed call ("+ copy", what `fp8lab.attention` runs); the fastest `transpose_v` config;
-    the same tiles with a transposer that does no work ("no transpose": wrong results, what the rest
-    costs); fa3-fwd FP8. Ratios: in-kernel transpose / V^T ready and / + copy."""
+def transpose_v_forms(results_dir: str | Path) -> pd.DataFrame:
+    """V transposed inside the Gluon kernel (v30, v31, `scripts/probe_transpose_v.py`; medians of three
+    interleaved rounds at 2x8192x32xd). Per form of the transposer and case: "shifts" (v30's first
+    form, bytes moved with shifts and masks, `bench_v30_transpose_v_shifts.json`), "PRMT" (v30's kept
+    one, eight byte permutes per 4 x 4 bytes, `bench_v30_transpose_v.json`, at head dim 256 timed in
+    v31, `bench_v31_transpose_v_prmt_d256.json`) and "LDSM.T" (v31: 16-bit pairs read with
+    `ldmatrix.trans`, two PRMTs per pair of words, stored with `stmatrix`, in V^T's own stages,
+    `bench_v31_transpose_v.json`). TFLOP/s of: the key-ordered
+    kernel on V^T made before the call ("V^T ready") and with `key_ordered_vt` inside the timed call
+    ("+ copy", what `fp8lab.attention` runs); the fastest `transpose_v` config; the same tiles with a
+    transposer that does no work ("no transpose": wrong results, what the rest costs); fa3-fwd FP8.
+    Ratios: in-kernel transpose / V^T ready and / + copy."""
     frames = []
-    for form, name in (("shifts", "bench_v30_transpose_v_shifts.json"), ("PRMT", "bench_v30_transpose_v.json")):
-        rows = [r for r in load_results(Path(results_dir) / name)["rows"] if "tflops" in r]
+    for form, names in (("shifts", ["bench_v30_transpose_v_shifts.json"]),
+                        ("PRMT", ["bench_v30_transpose_v.json", "bench_v31_transpose_v_prmt_d256.json"]),
+                        ("LDSM.T", ["bench_v31_transpose_v.json"])):
+        rows = [r for name in names for r in load_results(Path(results_dir) / name)["rows"] if "tflops" in r]
         df = pd.DataFrame(rows).pivot_table(index="case", columns="provider", values="tflops", aggfunc="median",
                                             sort=False)
         tv = [c for c in df.columns if c.startswith("fp8lab ws ws-")]

@@ -61,7 +61,7 @@ import triton
 import triton.language as tl
 
 from fp8lab.env import triton_interpret
-from fp8lab.layout import check_cu_seqlens
+from fp8lab.layout import check_cu_seqlens, check_flag
 from fp8lab.scaling import DelayedAmax, PerHead, PerTensor, ScaleStrategy
 from fp8lab.kernels._gluon import sm_count
 from fp8lab.kernels.fp8_rounding import TINY_DESCALE, round_to_e4m3
@@ -536,9 +536,9 @@ def quantize_fp8(
         raise ValueError(f"schedule: expected 'auto', 'onchip', 'fused' or 'two-pass', got {schedule!r}")
     batch, seqlen, heads, d, strides = _layout(x, cu_seqlens)
     hk = _heads_kv(heads, heads_kv)
+    round_p = triton_interpret() if round_in_fp32 is None else check_flag("round_in_fp32", round_in_fp32)
     if _head_major(x, cu_seqlens):
         return _quantize_head_major(x, granularity, hk, round_in_fp32, schedule)
-    round_p = triton_interpret() if round_in_fp32 is None else bool(round_in_fp32)
     y = torch.empty(x.shape, dtype=torch.float8_e4m3fn, device=x.device)
     y_strides = (0,) + y.stride()[:2] if cu_seqlens is not None else y.stride()[:3]
     cu = cu_seqlens if cu_seqlens is not None else x  # an unused placeholder when batched
@@ -633,7 +633,7 @@ def quantize_fp8_static(
                              f"{f32.max:.3g}], got {scale!r}")
         s = torch.full((1, 1), float(scale), dtype=torch.float32, device=x.device)
     descale = s.expand(batch, hk)
-    round_p = triton_interpret() if round_in_fp32 is None else bool(round_in_fp32)
+    round_p = triton_interpret() if round_in_fp32 is None else check_flag("round_in_fp32", round_in_fp32)
     y = _empty_fp8(x, cu_seqlens)
     y_strides = (0,) + y.stride()[:2] if cu_seqlens is not None else y.stride()[:3]
     cu = cu_seqlens if cu_seqlens is not None else x  # an unused placeholder when batched
@@ -701,7 +701,7 @@ def quantize_fp8_delayed(
                          f"{str(descale.dtype).replace('torch.', '')} {tuple(descale.shape)} on {descale.device}")
     if descale.device.type == "cpu" and descale.numel() and not bool((descale.isfinite() & (descale > 0)).all()):
         raise ValueError(f"descale: expected finite values > 0, got {descale.flatten()[:8].tolist()}")
-    round_p = triton_interpret() if round_in_fp32 is None else bool(round_in_fp32)
+    round_p = triton_interpret() if round_in_fp32 is None else check_flag("round_in_fp32", round_in_fp32)
     y = _empty_fp8(x, cu_seqlens)
     y_strides = (0,) + y.stride()[:2] if cu_seqlens is not None else y.stride()[:3]
     amax = torch.zeros((batch, hk), dtype=torch.float32, device=x.device)

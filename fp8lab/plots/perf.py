@@ -21,6 +21,7 @@ __all__ = [
     "plot_quant_sizes",
     "plot_ratio",
     "plot_roofline",
+    "plot_transpose_v",
     "plot_versions",
     "plot_p_grid",
 ]
@@ -220,6 +221,25 @@ def plot_pv_flush_grid(grid: pd.DataFrame, target: float = 0.9, ax: plt.Axes | N
                        "TFLOP/s over fa3-fwd FP8 (which does not flush)",
                        "O added in fp32 every key block: our kernels and vLLM's",
                        ax or plt.subplots(figsize=(8, 7))[1], legend_y=-0.08)
+
+
+def plot_transpose_v(forms: pd.DataFrame, ax: plt.Axes | None = None) -> plt.Axes:
+    """Bars per case: the in-kernel V transpose's TFLOP/s over the same kernel on V^T made before
+    the call, one bar per form of the transposer, and where the copy (`key_ordered_vt` in the call)
+    lies (`fp8lab.kernels.explain.transpose_v_forms`)."""
+    ax = ax or plt.subplots(figsize=(8, 4.5))[1]
+    long = forms["transpose_v / V^T ready"].rename("ratio").reset_index()
+    sns.barplot(data=long, y="case", x="ratio", hue="form", palette="crest", ax=ax)
+    copy = (forms["+ copy"] / forms["V^T ready"]).groupby(level="case", sort=False).mean()
+    ax.scatter(copy.to_numpy(), range(len(copy)), marker="|", s=400, color="k", zorder=3,
+               label="+ copy (mean of the runs)")
+    ax.axvline(1.0, color="k", lw=0.8)
+    ax.set_xlim(0.4, 1.05)
+    ax.set_xlabel("TFLOP/s over the kernel on V^T made before the call (same run)")
+    ax.set_ylabel("")
+    ax.legend(fontsize=8, ncol=4, loc="upper center", bbox_to_anchor=(0.5, -0.13))
+    ax.set_title("V transposed inside the kernel, three forms, against a copy of V")
+    return ax
 
 
 def _ratio_bars(df: pd.DataFrame, cols: list[str], base: str, target: float, xlabel: str, title: str,

@@ -30,7 +30,7 @@ from typing import Literal
 import torch
 
 from fp8lab.formats import cast_to_fp8
-from fp8lab.layout import check_flag, check_max_offset, check_softmax_scale, sequences
+from fp8lab.layout import check_flag, check_folded_scale, check_max_offset, check_softmax_scale, sequences
 from fp8lab.reference.exact import group_rows, query_chunk, shape_of, ungroup_rows
 from fp8lab.reference.masks import key_range, normalize_window, visible
 
@@ -378,6 +378,7 @@ def attention_fa3_fp8(
     shape = shape_of(q, k, v, descales, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
     left, right = normalize_window(causal, window_size)
     scale = check_softmax_scale(softmax_scale, shape.head_dim)
+    check_folded_scale(scale, q_descale, k_descale)
     if block_n is None:
         block_n = fa3_block_n(shape.head_dim, shape.head_dim_v, causal=causal, local=left >= 0 or right > 0)
     if isinstance(block_n, bool) or not isinstance(block_n, int) or block_n < 1:

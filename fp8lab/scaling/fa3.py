@@ -178,6 +178,12 @@ def quantize_for_fa3(
     g = strategy.granularity
     if isinstance(g, PerChannel):
         raise ValueError(f"{name}: per-channel scales cannot be given to FA3, whose descales are (batch, heads_kv)")
+    if isinstance(g, PerHead):
+        groups = x4.shape[2] if g.heads_kv is None else int(g.heads_kv)  # scales per sequence
+        if groups % heads_kv:  # each scale must fall within one KV head's group of query heads
+            raise ValueError(f"{name}: expected a PerHead granularity whose number of scales per sequence is a "
+                             f"multiple of heads_kv={heads_kv} (FA3's descale has one value per KV head), got {g!r}: "
+                             f"{groups} scale(s) per sequence for x's {x4.shape[2]} heads")
     x_fp8, descale = quantize(x, strategy, name=name)
     if isinstance(g, PerTensor):
         return x_fp8, descale_from_scalar(descale, batch, heads_kv, device=x4.device, name=f"{name}_descale")

@@ -126,7 +126,8 @@ class CurrentAmax:
 
 @dataclass(frozen=True)
 class StaticAmax:
-    """A fixed amax (from calibration); compact shape of the granularity with batch 1 (or a float)."""
+    """A fixed amax (from calibration): a tensor of the granularity's compact shape with batch 1, or
+    (`PerTensor` only) a float."""
 
     amax: torch.Tensor | float
     method: str = "given"
