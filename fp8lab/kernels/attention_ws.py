@@ -260,7 +260,7 @@ def default_ws_config(head_dim: int, causal: bool = False, key_ordered: bool = F
     (V as stored, transposed in the kernel; v30, v31): the key-ordered tiles with two transposer warps
     and the stage counts that measured best at 2x8192x32xd in v31 (four / three at head_dim 64
     non-causal / causal, four at 128, three at 256: 597 / 552, 704 / 677, 790 / 749 TFLOP/s; the
-    stage count moves these by 1-4 %)."""
+    stage count moves these by up to 5 %)."""
     if transpose_v:
         cfg = replace(default_ws_config(head_dim, causal, True, pv_flush), transpose_v=True)
         if head_dim <= 64:
@@ -419,6 +419,9 @@ if HAVE_GLUON:
 
     @gluon.jit
     def _ws_box_columns(raw, pairs: gl.constexpr, box_pairs: gl.constexpr, BLOCK_N: gl.constexpr):
+        """One box of V (BLOCK_N keys x 16 columns, e4m3, in shared memory) as the 16 rows of V^T it
+        becomes, int16 pairs of positions [16, BLOCK_N // 2] in `key_ordered_vt`'s key order: read in the
+        `pairs` layout (the compiler makes it `ldmatrix.trans`), then `_ws_pairs_transposed`."""
         box = smem_reinterpret(raw, gl.int16, [BLOCK_N, 8], box_pairs)
         x = box.load(pairs)
         x = x.reshape(BLOCK_N // 16, 2, 4, 2, 8).permute(0, 2, 4, 3, 1)
@@ -433,12 +436,12 @@ if HAVE_GLUON:
         it, for each ring position until the loader says stop (`_ws_stop_transposer`).
 
         A stage of V arrives as HEAD_DIM / 16 boxes of 128 keys x 16 columns, box c on the 2 KiB that
-        V^T's rows 16c .. 16c + 15 take: the stage is transposed in place, box by box. `ldmatrix.trans`
+        V^T's rows 16c .. 16c + 15 take: the stage is transposed in place, two boxes a step. `ldmatrix.trans`
         gives each thread, as 16-bit pairs, columns 2c and 2c + 1 of keys 2t, 2t + 1 and (another
         matrix) 2t + 8, 2t + 9 of a group of 16 (t = 0..3): `key_ordered_vt` puts exactly those four
         at positions 4t .. 4t + 3. Two PRMTs (`_ws_pairs_transposed`) make them the words of columns 2c
         and 2c + 1 at those positions, and `stmatrix` writes them; a barrier of the transposer's warps
-        between a box's reads and its writes. Then a fence (the wgmma reads through the async proxy)
+        between two boxes' reads and the writes over their bytes. Then a fence (the wgmma reads through the async proxy)
         and the second arrive on the stage's `ready`."""
         CH: gl.constexpr = HEAD_DIM // 16
         v_bufs, raw_bufs = bufs[2], bufs[3]
