@@ -536,7 +536,7 @@ def quantize_fp8(
         raise ValueError(f"schedule: expected 'auto', 'onchip', 'fused' or 'two-pass', got {schedule!r}")
     batch, seqlen, heads, d, strides = _layout(x, cu_seqlens)
     hk = _heads_kv(heads, heads_kv)
-    round_p = triton_interpret() if round_in_fp32 is None else check_flag("round_in_fp32", round_in_fp32)
+    round_p = _round_in_fp32(round_in_fp32)
     if _head_major(x, cu_seqlens):
         return _quantize_head_major(x, granularity, hk, round_in_fp32, schedule)
     y = torch.empty(x.shape, dtype=torch.float8_e4m3fn, device=x.device)
@@ -579,6 +579,12 @@ def quantize_fp8(
         _scale_cast_kernel[grid](x, y, descale, amax, cu, group, seqlen, *strides, *y_strides, *descale.stride(),
                                  **sizes, VARLEN=varlen, STATIC=False, ROUND_IN_FP32=round_p)
     return y, descale
+
+
+def _round_in_fp32(flag: bool | None) -> bool:
+    """`round_in_fp32` as the kernels take it: None = whether the Triton interpreter runs them (its fp8
+    conversion rounds wrongly where rounding carries into the exponent), else a bool."""
+    return triton_interpret() if flag is None else check_flag("round_in_fp32", flag)
 
 
 def _quantize_head_major(x: torch.Tensor, granularity: Granularity, hk: int, round_in_fp32: bool | None,
@@ -633,7 +639,7 @@ def quantize_fp8_static(
                              f"{f32.max:.3g}], got {scale!r}")
         s = torch.full((1, 1), float(scale), dtype=torch.float32, device=x.device)
     descale = s.expand(batch, hk)
-    round_p = triton_interpret() if round_in_fp32 is None else check_flag("round_in_fp32", round_in_fp32)
+    round_p = _round_in_fp32(round_in_fp32)
     y = _empty_fp8(x, cu_seqlens)
     y_strides = (0,) + y.stride()[:2] if cu_seqlens is not None else y.stride()[:3]
     cu = cu_seqlens if cu_seqlens is not None else x  # an unused placeholder when batched
@@ -701,7 +707,7 @@ def quantize_fp8_delayed(
                          f"{str(descale.dtype).replace('torch.', '')} {tuple(descale.shape)} on {descale.device}")
     if descale.device.type == "cpu" and descale.numel() and not bool((descale.isfinite() & (descale > 0)).all()):
         raise ValueError(f"descale: expected finite values > 0, got {descale.flatten()[:8].tolist()}")
-    round_p = triton_interpret() if round_in_fp32 is None else check_flag("round_in_fp32", round_in_fp32)
+    round_p = _round_in_fp32(round_in_fp32)
     y = _empty_fp8(x, cu_seqlens)
     y_strides = (0,) + y.stride()[:2] if cu_seqlens is not None else y.stride()[:3]
     amax = torch.zeros((batch, hk), dtype=torch.float32, device=x.device)
