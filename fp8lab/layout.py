@@ -25,6 +25,7 @@ __all__ = [
     "check_count",
     "check_cu_seqlens",
     "check_descale",
+    "check_descale_values",
     "check_flag",
     "check_folded_scale",
     "check_max_offset",
@@ -185,11 +186,14 @@ def check_attention_inputs(
     cu_seqlens_k: torch.Tensor | None = None,
     max_seqlen_q: int | None = None,
     max_seqlen_k: int | None = None,
+    check_values: bool = True,
 ) -> AttentionShape:
     """Validate an attention call in FA3's layouts and return its shape.
 
     Raises TypeError for dtypes and ValueError for shapes, devices, strides,
     cu_seqlens and descales, each naming the tensor, what was expected and what came.
+    `check_values=False` leaves the descale values to the caller's `check_descale_values`
+    (which can check softmax_scale's folded product in the same read).
     While a CUDA graph is being captured nothing is read back from the device (a capture forbids
     the sync; a replay runs no Python check anyway): descale values are not checked, and a
     varlen call must give max_seqlen_q and max_seqlen_k, which stand in for the lengths in
@@ -274,12 +278,40 @@ def check_attention_inputs(
              if d is not None}
     for name, d in given.items():
         check_descale(name, d, batch, heads_kv, q.device, check_values=False)
-    if given and not capturing:  # the values: one device sync for all three; on a failure, the check that names the value
-        values = torch.cat([d.reshape(-1) for d in given.values()])
-        if not bool((values.isfinite() & (values > 0)).all()):
-            for name, d in given.items():
-                check_descale(name, d, batch, heads_kv, q.device)
-    return AttentionShape(batch, heads_q, heads_kv, head_dim, head_dim_v, lens_q, lens_k, varlen, fp8, bound_q, bound_k)
+    shape = AttentionShape(batch, heads_q, heads_kv, head_dim, head_dim_v, lens_q, lens_k, varlen, fp8, bound_q, bound_k)
+    if check_values:
+        check_descale_values(shape, q_descale, k_descale, v_descale)
+    return shape
+
+
+def check_descale_values(
+    shape: AttentionShape,
+    q_descale: torch.Tensor | None = None,
+    k_descale: torch.Tensor | None = None,
+    v_descale: torch.Tensor | None = None,
+    softmax_scale: float | None = None,
+) -> None:
+    """The descale values of a call `check_attention_inputs` passed: finite and > 0, and with
+    `softmax_scale` (as `check_softmax_scale` returns it) the one scale FA3 folds from them
+    (`check_folded_scale`), all read back in one device sync. Nothing is read while a CUDA graph
+    is captured. On a failure the check that names the value raises.
+    """
+    if softmax_scale is not None:
+        check_folded_scale(softmax_scale, check_values=False)  # softmax_scale * log2(e) alone: on the host
+    given = {n: d for n, d in (("q_descale", q_descale), ("k_descale", k_descale), ("v_descale", v_descale))
+             if d is not None}
+    if not given or _capturing(next(iter(given.values()))):
+        return
+    values = torch.cat([d.reshape(-1) for d in given.values()])
+    ok = (values.isfinite() & (values > 0)).all()
+    if softmax_scale is not None and (q_descale is not None or k_descale is not None):
+        folded = _folded_scale(_folded_base(softmax_scale), q_descale, k_descale)
+        ok &= (folded.isfinite() & (folded > 0)).all()
+    if not bool(ok):
+        for name, d in given.items():
+            check_descale(name, d, shape.batch, shape.heads_kv)
+        if softmax_scale is not None:
+            check_folded_scale(softmax_scale, q_descale, k_descale)
 
 
 def check_flag(name: str, flag: object) -> bool:
@@ -314,6 +346,21 @@ def check_softmax_scale(softmax_scale: float | torch.Tensor | None, head_dim: in
     return float(softmax_scale)
 
 
+def _folded_base(softmax_scale: float) -> float:
+    """softmax_scale * log2(e) as the float32 the kernels are given; no tensor (this runs on every call)."""
+    try:
+        return struct.unpack("f", struct.pack("f", softmax_scale * _LOG2E))[0]
+    except OverflowError:
+        return math.inf
+
+
+def _folded_scale(base: float, q_descale: torch.Tensor | None, k_descale: torch.Tensor | None) -> torch.Tensor:
+    """base * q_descale * k_descale (at least one given), float32 `(batch, heads_kv)`, as the kernels multiply."""
+    given = [d for d in (q_descale, k_descale) if d is not None]
+    prod = given[0] if len(given) == 1 else given[0] * given[1]
+    return torch.tensor(base, dtype=torch.float32, device=prod.device) * prod
+
+
 def check_folded_scale(
     softmax_scale: float,
     q_descale: torch.Tensor | None = None,
@@ -327,16 +374,12 @@ def check_folded_scale(
     `check_values=False` (and a CUDA-graph capture) checks softmax_scale * log2(e) only: the
     descale values would have to be read back, a device sync.
     """
-    try:  # softmax_scale * log2(e) as the float32 the kernels are given; no tensor (this runs on every call)
-        base = struct.unpack("f", struct.pack("f", softmax_scale * _LOG2E))[0]
-    except OverflowError:
-        base = math.inf
+    base = _folded_base(softmax_scale)
     given = [d for d in (q_descale, k_descale) if d is not None]
     if 0 < base < math.inf:
         if not (check_values and given) or _capturing(given[0]):
             return
-        prod = given[0] if len(given) == 1 else given[0] * given[1]  # float32, as the kernels multiply
-        folded = torch.tensor(base, dtype=torch.float32, device=prod.device) * prod
+        folded = _folded_scale(base, q_descale, k_descale)
     else:
         folded = torch.tensor(base, dtype=torch.float32)
     bad = ~(torch.isfinite(folded) & (folded > 0))

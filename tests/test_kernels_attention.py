@@ -278,6 +278,25 @@ def test_bad_options_are_rejected():
             fp8_attention(q, k, v, config=A.AttentionConfig(64, 16))
 
 
+def test_gating_takes_exactly_the_head_dims_the_kernel_takes():
+    """`fp8lab.backends.gating` decides without a device (it also describes simulated machines), so it states the
+    kernel's head-dim rule in words of its own: this checks that the two agree, on empty inputs (no launch)."""
+    from fp8lab.backends.gating import PROVIDERS, Device, Request, provider_reasons
+
+    device = Device(torch.cuda.get_device_capability() if DEV == "cuda" else None)
+    env = {"TRITON_INTERPRET": "1"} if DEV == "cpu" else {}
+    for d, dv in [(d, d) for d in range(8, 280, 8)] + [(64, 32), (128, 64), (96, 128)]:
+        q = torch.zeros(1, 0, 1, d, device=DEV).to(torch.float8_e4m3fn)
+        v = torch.zeros(1, 0, 1, dv, device=DEV).to(torch.float8_e4m3fn)
+        try:
+            fp8_attention(q, q, v)
+            kernel_takes = True
+        except ValueError:
+            kernel_takes = False
+        reasons, _ = provider_reasons(PROVIDERS["triton"], device, Request("fp8", d, dv), env)
+        assert kernel_takes == (reasons == []), (d, dv, reasons)
+
+
 def test_a_folded_scale_that_leaves_float32_is_refused():
     """softmax_scale * log2(e) * q_descale * k_descale is one float32 in the kernel: 0 or inf there would give an
     all-NaN output without a word. The descale values are checked where they are read (the CPU, check_descales)."""

@@ -169,6 +169,32 @@ def test_folded_scale_must_stay_finite_and_positive_in_float32():
     check_folded_scale(1e-10, tiny, kd, check_values=False)  # the values unread: what a GPU call does by default
 
 
+def test_descale_values_and_the_folded_scale_are_read_in_one_sync(monkeypatch):
+    """`attention` checks the three descales and the scale FA3 folds from them with one read back (a device
+    sync on a GPU); a failure still names the descale, or the (batch, kv head) of the folded scale."""
+    from fp8lab.layout import check_descale_values
+
+    g = torch.Generator().manual_seed(114)
+    q, k = torch.zeros(3, 5, 4, 64).to(torch.float8_e4m3fn), torch.zeros(3, 7, 2, 64).to(torch.float8_e4m3fn)
+    qd, kd, vd = (torch.rand(3, 2, generator=g) + 0.1 for _ in range(3))
+    shape = check_attention_inputs(q, k, k, q_descale=qd, k_descale=kd, v_descale=vd, check_values=False)
+    reads = []
+    real_bool = torch.Tensor.__bool__
+    monkeypatch.setattr(torch.Tensor, "__bool__", lambda t: reads.append(t) or real_bool(t))
+    check_descale_values(shape, qd, kd[:1].expand(3, 2), vd, softmax_scale=0.125)  # stride 0 too
+    assert len(reads) == 1
+    monkeypatch.undo()
+    nan_v, huge = vd.clone(), kd.clone()
+    nan_v[1, 1], huge[2, 0] = float("nan"), 1e38
+    with pytest.raises(ValueError, match=r"v_descale: every descale must be finite, got nan at \(1, 1\)"):
+        check_descale_values(shape, qd, kd, nan_v, softmax_scale=0.125)
+    with pytest.raises(ValueError, match=r"got inf at \(batch, kv head\) \(2, 0\)"):
+        check_descale_values(shape, qd, huge, vd, softmax_scale=1e10)
+    check_descale_values(shape, qd, huge, vd)  # without softmax_scale: each descale alone is fine
+    with pytest.raises(ValueError, match="k_descale: every descale must be > 0"):
+        check_attention_inputs(q, k, k, k_descale=-kd)  # check_values=True: the values, as before
+
+
 def test_cu_seqlens_must_be_contiguous():
     """The kernels read cu_seqlens[i] at cu + i, as FA3's do: a strided view would be misread."""
     q = torch.randn(7, 4, 64)

@@ -21,7 +21,8 @@ import torch
 
 from fp8lab.backends import gating, providers
 from fp8lab.backends.gating import Decision, Device, Request
-from fp8lab.layout import AttentionShape, check_attention_inputs, check_flag, check_folded_scale, check_softmax_scale
+from fp8lab.layout import (AttentionShape, check_attention_inputs, check_descale_values, check_flag,
+                           check_softmax_scale)
 
 __all__ = [
     "BackendError", "PreparedAttention", "attention", "choose_backend", "device_of", "dequantize_inputs",
@@ -254,12 +255,13 @@ def prepare_attention(
     shape = check_attention_inputs(
         q, k, v, q_descale=q_descale, k_descale=k_descale, v_descale=v_descale,
         cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
+        check_values=False,
     )
     for name, flag in (("causal", causal), ("return_lse", return_lse), ("pv_flush", pv_flush)):
         check_flag(name, flag)
     scale = check_softmax_scale(softmax_scale, shape.head_dim)
-    if shape.fp8:  # (the descales were read back above; a second read of them costs no wait)
-        check_folded_scale(scale, q_descale, k_descale)
+    # the descale values and the scale FA3 folds from them: one device sync
+    check_descale_values(shape, q_descale, k_descale, v_descale, softmax_scale=scale if shape.fp8 else None)
     decision = _decide(q, shape, backend, return_lse, fp8_fallback, pv_flush)
     if not decision.ok:
         raise BackendError(decision.error_message(backend), decision)

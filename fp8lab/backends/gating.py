@@ -242,7 +242,7 @@ def _head_dim_reasons(rule: str, req: Request) -> list[str]:
     if rule == "any":
         return []
     if rule == "triton":
-        # fp8lab.kernels.attention._check_kernel_support
+        # fp8lab.kernels.attention._check_kernel_support (and _check_config on a GPU, below): a test holds them equal
         ok = d == dv and d % 16 == 0 and 16 <= d <= 256
         return [] if ok else [f"the Triton kernel needs head_dim == head_dim_v, a multiple of 16 in [16, 256], got {d}/{dv}"]
     if rule == "gluon":
