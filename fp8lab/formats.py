@@ -333,7 +333,7 @@ def _quantize64(
         out = torch.copysign(mag, x)
         if not f.has_negative_zero:
             out = out + 0.0  # -0.0 + 0.0 == +0.0: fnuz formats have no negative zero
-    return torch.where(torch.isnan(x), torch.full_like(out, math.nan), out)
+    return torch.where(torch.isnan(x), x.to(out.dtype), out)  # NaN stays NaN, with its sign
 
 
 def quantize(

@@ -8,7 +8,9 @@ gives each new token's slot (negative = padding, skipped). With an FP8 cache
 scales, saturated and cast to e4m3fn on write (`reshape_and_cache_flash`);
 attention reads the pages through a block table with the scales passed as
 descales, `k_scale.expand(num_seqs, heads_kv)`: stride 0.
-Q is quantized with a static per-tensor q_scale (`scaled_fp8_quant`).
+Q is quantized with a static per-tensor q_scale (`scaled_fp8_quant`), which multiplies by
+1 / scale where the cache write divides (`cache_fp8_quant`): near a rounding midpoint the two
+can store neighbouring FP8 codes for the same x and scale.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from fp8lab.reference import attention_exact, attention_fa3_fp8
 __all__ = [
     "KV_CACHE_DTYPES",
     "PagedKVCache",
+    "cache_fp8_quant",
     "cache_torch_dtype",
     "scaled_fp8_quant",
     "vllm_dynamic_scales",
@@ -68,7 +71,8 @@ def _check_scale(name: str, scale: float | torch.Tensor) -> torch.Tensor:
 
 
 def scaled_fp8_quant(x: torch.Tensor, scale: float | torch.Tensor) -> torch.Tensor:
-    """vLLM's static per-tensor quantization: `clamp(x * (1 / scale), ±448)` cast to e4m3fn.
+    """vLLM's static per-tensor quantization of Q: `clamp(x * (1 / scale), ±448)` cast to e4m3fn
+    (float32; the reciprocal rounded first, as `scaled_fp8_quant`'s kernel takes `1.0f / scale`).
 
     x: float tensor of any shape. Returns float8_e4m3fn of the same shape;
     `result.float() * scale` approximates x.
@@ -77,6 +81,16 @@ def scaled_fp8_quant(x: torch.Tensor, scale: float | torch.Tensor) -> torch.Tens
         raise TypeError(f"scaled_fp8_quant: expected a floating tensor, got {x.dtype}")
     s = _check_scale("scale", scale).to(x.device)
     return cast_to_fp8(x.float() * (1.0 / s), "e4m3fn", overflow="saturate")
+
+
+def cache_fp8_quant(x: torch.Tensor, scale: float | torch.Tensor) -> torch.Tensor:
+    """vLLM's FP8 cache write (`reshape_and_cache_flash`): `x / scale` in float32, saturated to
+    ±448, cast to e4m3fn. x: float tensor of any shape; returns float8_e4m3fn of the same shape.
+    """
+    if not x.is_floating_point():
+        raise TypeError(f"cache_fp8_quant: expected a floating tensor, got {x.dtype}")
+    s = _check_scale("scale", scale).to(x.device)
+    return cast_to_fp8(x.float() / s, "e4m3fn", overflow="saturate")
 
 
 def vllm_dynamic_scales(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[float, float, float]:
@@ -202,7 +216,7 @@ class PagedKVCache:
             raise ValueError("slot_mapping: two tokens write the same slot")
         for cache, x, scale in ((self.key_cache, key, self.k_scale), (self.value_cache, value, self.v_scale)):
             x = x[keep]
-            stored = scaled_fp8_quant(x, scale) if self.fp8 else x.to(cache.dtype)
+            stored = cache_fp8_quant(x, scale) if self.fp8 else x.to(cache.dtype)
             cache.view(-1, heads_kv, head_dim)[slots] = stored
 
     def gather(self, block_table: torch.Tensor, seq_lens: list[int]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -214,6 +228,9 @@ class PagedKVCache:
         """
         if not len(seq_lens):
             raise ValueError("seq_lens: expected at least one sequence, got 0")
+        bad = [n for n in seq_lens if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 0]
+        if bad:
+            raise ValueError(f"seq_lens: expected token counts, ints >= 0, got {bad[0]!r} in {list(seq_lens)}")
         if not isinstance(block_table, torch.Tensor) or block_table.dtype.is_floating_point or block_table.dim() != 2 \
                 or block_table.shape[0] != len(seq_lens):
             got = (f"{block_table.dtype} {tuple(block_table.shape)}" if isinstance(block_table, torch.Tensor)

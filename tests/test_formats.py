@@ -422,6 +422,17 @@ def test_cast_to_fp8_equals_quantize(name: str, overflow: str) -> None:
         assert_same(ref, F.decode(y.view(torch.uint8), f), x, f"{name} {x.dtype} {overflow}")
 
 
+@pytest.mark.parametrize("name", TORCH_NAMES)
+def test_nan_keeps_its_sign_from_every_input_dtype(name: str) -> None:
+    """A -NaN input gives the format's negative NaN code (where it has one) whatever the input dtype:
+    float64 inputs take fp8lab's own rounding path, which must not drop the sign."""
+    f = F.FORMATS[name]
+    nan = torch.tensor([math.nan, -math.nan])
+    codes = {dt: F.cast_to_fp8(nan.to(dt), f).view(torch.uint8).tolist() for dt in (torch.float32, torch.float64)}
+    assert codes[torch.float32] == codes[torch.float64] == F.encode(nan, f).tolist(), codes
+    assert torch.isnan(F.quantize(nan.double(), f)).all() and F.quantize(nan.double(), f).signbit().tolist() == [False, True]
+
+
 def test_cast_to_fp8_saturates_by_default() -> None:
     y = F.cast_to_fp8(torch.tensor([500.0, -1e6, math.inf, -math.inf, 464.0, math.nan]))
     assert y.dtype == torch.float8_e4m3fn

@@ -10,6 +10,7 @@ from fp8lab.kvcache import (
     cache_torch_dtype,
     kv_bytes_per_token,
     paged_decode,
+    cache_fp8_quant,
     scaled_fp8_quant,
     vllm_dynamic_scales,
 )
@@ -66,6 +67,25 @@ def test_scaled_fp8_quant_saturates_and_matches_the_grid():
     assert q.float().abs().max() == 448  # saturated, not NaN
     expected = quantize((x.float() * (1.0 / torch.tensor(scale))).double(), "e4m3fn", overflow="saturate")
     assert torch.equal(q.double(), expected)
+
+
+def test_the_cache_write_divides_where_q_multiplies_by_the_reciprocal():
+    """vLLM's cache write stores `x / scale`, its Q quantization `x * (1 / scale)`: float32 rounds the two
+    apart by an ulp now and then, and next to an FP8 rounding midpoint that stores the neighbouring code."""
+    g = torch.Generator().manual_seed(31)
+    grid = torch.arange(1, 127, dtype=torch.uint8).view(torch.float8_e4m3fn).float()  # positive finite codes
+    apart = 0
+    for scale in (0.01 + 0.09 * torch.rand(8, generator=g)).tolist():
+        mid = (grid[:-1] + grid[1:]) / 2 * torch.tensor(scale, dtype=torch.float32)  # x at each rounding midpoint
+        x = torch.cat([mid + k * torch.finfo(torch.float32).eps * mid for k in range(-4, 5)])[:, None, None]
+        cache = PagedKVCache.allocate(1, x.shape[0], 1, 1, k_scale=scale, v_scale=scale)
+        cache.write(x, x, torch.arange(x.shape[0]))
+        divided = quantize((x.float() / torch.tensor(scale, dtype=torch.float32)).double(), "e4m3fn",
+                           overflow="saturate")
+        stored = cache.key_cache.reshape(-1, 1, 1).double()
+        assert torch.equal(stored, divided) and torch.equal(cache_fp8_quant(x, scale).double(), divided)
+        apart += int((stored != scaled_fp8_quant(x, scale).double()).sum())
+    assert apart > 0  # the two roundings do part (about 4 in 5 scales part somewhere)
 
 
 def test_padding_slots_are_skipped():
@@ -145,7 +165,7 @@ def test_paged_decode_matches_the_references_on_contiguous_data():
     cache.write(k, v, slots)
     cu_q = torch.tensor([0, 1, 2], dtype=torch.int32)
     cu_k = torch.tensor([0, 7, 26], dtype=torch.int32)
-    k8, v8 = scaled_fp8_quant(k, ks), scaled_fp8_quant(v, vs)
+    k8, v8 = cache_fp8_quant(k, ks), cache_fp8_quant(v, vs)
     args = dict(causal=True, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, max_seqlen_q=1, max_seqlen_k=19)
 
     got = paged_decode(q, cache, table, lens, math="dequantized")
@@ -190,3 +210,6 @@ def test_an_empty_batch_is_refused_by_name(math):
     with pytest.raises(ValueError, match="seq_lens: expected at least one sequence, got 0"):
         paged_decode(q, cache, empty_table, [], math=math, q_scale=0.0131)
     assert paged_decode(torch.randn(1, 4, 16, generator=g), cache, table, [5], math=math, q_scale=0.0131).shape == (1, 4, 16)
+    for bad in (-3, 2.5, True):  # a negative length made cu_seqlens run backwards, found only in attention
+        with pytest.raises(ValueError, match=r"seq_lens: expected token counts, ints >= 0, got"):
+            cache.gather(table, [bad])

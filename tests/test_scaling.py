@@ -333,6 +333,29 @@ def test_calibrate_by_max_percentile_and_mse():
     assert d.shape == (1, 4) and x8.shape == (5, 11, 4, 32)
 
 
+def test_mse_calibration_scores_each_candidate_as_quantize_would():
+    """With fp8_max below the format's max (vLLM's amax / 200 headroom) `quantize` saturates at 448, not at
+    fp8_max: the MSE scan must score that, or it picks another amax than the one that quantizes best."""
+    x = randn(1, 4096, 2, 64, seed=42)
+    x[0, :8] *= 20  # a few outlier tokens, so clipping them competes with resolution
+    for fp8_max in (None, 200.0):
+        cands, err = calibration_mse(x, (0.1, 0.2, 0.3, 0.4, 0.5, 0.7, 1.0), PerHead(), fp8_max=fp8_max)
+        for i in range(cands.shape[0]):
+            st = ScaleStrategy(PerHead(), StaticAmax(cands[i][None]), fp8_max=fp8_max)
+            x8, d = quantize(x, st)
+            back = x8.double() * d.double()[0][None, None, :, None]  # float64, exact, as the scan measures
+            want = (back - x.double()).square().mean(dim=(0, 1, 3))
+            torch.testing.assert_close(err[i], want, rtol=1e-12, atol=0)
+
+
+def test_saturated_fraction_counts_the_format_max_not_fp8_max():
+    from fp8lab.scaling.experiments import delayed_trace
+
+    x = torch.tensor([1.0, 150.0, 300.0, 500.0]).reshape(1, 4, 1, 1)
+    strat = ScaleStrategy(source=StaticAmax(200.0), fp8_max=200.0)  # descale 1: 300 fits below 448, 500 clamps
+    assert delayed_trace([x], {"s": strat})["saturated"].item() == 0.25
+
+
 def test_percentile_ignores_block_padding():
     x = randn(1, 20, 1, 4, seed=41).abs()
     from fp8lab.scaling import row_percentile
@@ -471,6 +494,14 @@ def test_bad_descales_raise():
         descale_from_amax(1e300, 448.0)
     with pytest.raises(ValueError, match="fp8_max"):
         ScaleStrategy(fp8_max=500.0)
+    x = randn(1, 3, 1, 4)  # a float64 descale beyond float32 would divide by 0 or inf there
+    with pytest.raises(ValueError, match="> 0 in float32"):
+        quantize_with_descale(x, torch.tensor(1e-50, dtype=torch.float64))
+    with pytest.raises(ValueError, match="finite in float32"):
+        quantize_with_descale(x, torch.tensor(1e300, dtype=torch.float64))
+    d64 = torch.tensor(0.1, dtype=torch.float64)  # within range: one float32 value both ways
+    x8 = quantize_with_descale(x, d64)
+    assert torch.equal(dequantize(x8, d64, dtype=torch.float64), dequantize(x8, d64.float(), dtype=torch.float64))
 
 
 def test_every_descale_keeps_amax_within_fp8_max():

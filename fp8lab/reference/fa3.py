@@ -232,7 +232,7 @@ def _to_units(x: torch.Tensor, descale: torch.Tensor | None, heads_kv: int, cast
     """
     if x.dtype == torch.float8_e4m3fn:
         return x.to(torch.float64)
-    # the cast divides in float32 as production quantizers do; the exact path in float64
+    # the cast divides in float32 as vLLM's KV-cache write does; the exact path in float64
     dt = torch.float32 if cast else torch.float64
     units = x.to(dt)
     if descale is not None:

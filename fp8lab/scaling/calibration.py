@@ -14,7 +14,7 @@ import torch
 
 from fp8lab import formats
 from fp8lab.scaling.granularity import Granularity, PerTensor, as_4d, fold_batch
-from fp8lab.scaling.strategy import StaticAmax, check_finite
+from fp8lab.scaling.strategy import StaticAmax, check_finite, descale_from_amax
 
 __all__ = ["calibrate", "calibration_mse", "row_percentile", "DEFAULT_MSE_RATIOS"]
 
@@ -68,7 +68,8 @@ def calibration_mse(
     """Mean squared FP8 round-trip error for each candidate amax `max|x| * ratio`.
 
     Returns `(amax_candidates, mse)`, both float64 `(len(ratios), groups)`:
-    candidate amaxes and the MSE each gives (values above a candidate saturate).
+    candidate amaxes and the MSE each gives, quantized as `quantize` would with that
+    `StaticAmax` (the candidate maps to fp8_max; values beyond the format's max saturate).
     """
     rows, _ = _stack_rows(samples, granularity)
     fp8 = formats.get_format(fmt)
@@ -83,9 +84,9 @@ def calibration_mse(
     mse = torch.empty(r.numel(), rows.shape[0], dtype=torch.float64, device=rows.device)
     cands = r[:, None] * amax[None, :]
     for i in range(r.numel()):
-        d = (cands[i] / top)[:, None]
-        y = (x / d).clamp(-top, top).float()
-        err = formats.cast_to_fp8(y, fp8).double() * d - x
+        d = descale_from_amax(cands[i], top)[:, None]  # float32, as `quantize` makes it
+        y = x.float() / d  # as `quantize_with_descale`: saturates at the format's max, not at fp8_max
+        err = formats.cast_to_fp8(y, fp8, overflow="saturate").double() * d.double() - x
         mse[i] = (err.square() * valid).sum(dim=1) / counts
     return cands, mse
 

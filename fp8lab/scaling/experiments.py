@@ -21,10 +21,11 @@ METRIC_NAMES: tuple[str, ...] = ("rmse", "rel_l2", "cosine", "sqnr")
 
 
 def _clamped(x: torch.Tensor, descale: torch.Tensor, strat: ScaleStrategy) -> float:
-    """Fraction of elements with |x / descale| > fp8_max (clamped by saturation, NaN without it)."""
+    """Fraction of elements with |x / descale| beyond the format's max (clamped by saturation, NaN without
+    it); an fp8_max below the format's max leaves headroom, so fp8_max itself clamps nothing."""
     x4 = x if x.dim() == 4 else x[None]
-    d = strat.granularity.expand(descale, tuple(x4.shape))
-    return (x4.double().abs() / d > strat.max).double().mean().item()
+    d = strat.granularity.expand(descale, tuple(x4.shape)).float()
+    return (x4.float().abs() / d > strat.format.max).double().mean().item()
 
 
 def compare_strategies(
@@ -64,7 +65,7 @@ def delayed_trace(series: Sequence[torch.Tensor], strategies: Mapping[str, Scale
     """Quantize a sequence of tensors with each (stateful) strategy, step by step.
 
     Columns: step, strategy, descale (max over groups), ideal (amax/fp8_max of this step's tensor),
-    saturated (fraction of elements beyond fp8_max, i.e. clamped), rel_l2, sqnr.
+    saturated (fraction of elements beyond the format's max, i.e. clamped), rel_l2, sqnr.
     """
     rows = []
     for sname, strat in strategies.items():

@@ -87,17 +87,21 @@ class Granularity:
             raise ValueError(f"{name}: a {self.name} descale for a tensor of shape {shape} must have shape {want}{hint}, got {got}")
 
     def check(self, descale: torch.Tensor, shape: tuple[int, ...], name: str = "descale") -> None:
-        """`check_shape`, then: every descale finite and > 0."""
+        """`check_shape`, then: every descale finite and > 0 as the float32 FA3 takes (a float64 descale
+        outside float32's range would divide by 0 or inf)."""
         self.check_shape(descale, shape, name)
-        if descale.numel() and not bool(torch.isfinite(descale).all()):
-            raise ValueError(f"{name}: every descale must be finite, got {descale.flatten()[:8].tolist()}...")
-        if descale.numel() and not bool((descale > 0).all()):
-            raise ValueError(f"{name}: every descale must be > 0, got min {descale.min().item()}")
+        d32 = descale.float()
+        in32 = "" if descale.dtype == torch.float32 else " in float32"
+        if d32.numel() and not bool(torch.isfinite(d32).all()):
+            raise ValueError(f"{name}: every descale must be finite{in32}, got {descale.flatten()[:8].tolist()}...")
+        if d32.numel() and not bool((d32 > 0).all()):
+            raise ValueError(f"{name}: every descale must be > 0{in32}, got min {descale.min().item()}")
 
     def expand(self, descale: torch.Tensor, shape: tuple[int, ...], name: str = "descale") -> torch.Tensor:
-        """Float64 descale broadcastable to a tensor of 4-D `shape`."""
+        """Float64 descale broadcastable to a tensor of 4-D `shape`: the float32 value FA3 would take
+        (quantize divides by it and dequantize multiplies by it, so both see one value)."""
         self.check(descale, shape, name)
-        return self._expand(descale.double(), shape)
+        return self._expand(descale.float().double(), shape)
 
     def reduce_rows(self, values: torch.Tensor, shape: tuple[int, ...], batch: int | None = None) -> torch.Tensor:
         """Reshape one value per row (from `rows`) into the compact shape (batch overridable)."""

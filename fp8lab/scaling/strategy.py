@@ -3,7 +3,9 @@
 Convention (FA3's and vLLM's): the *descale* multiplies the FP8 value back,
 `x ~= x_fp8.float() * descale`, with `descale = amax / fp8_max`. It is the
 inverse of TransformerEngine's `scale`. Quantization divides by the descale
-in float32 (as production quantizers do), clamps to the format's max (saturation, when asked) and rounds to
+in float32 (as vLLM's KV-cache write does; its Q quantization multiplies by the
+reciprocal, `fp8lab.kvcache.scaled_fp8_quant`, which can round an ulp apart),
+clamps to the format's max (saturation, when asked) and rounds to
 nearest-even with `fp8lab.formats.cast_to_fp8`.
 
 Amax sources:
@@ -213,8 +215,9 @@ class ScaleStrategy:
     fp8_max: the value amax maps to; None = the format's max (vLLM's old dynamic KV scales used 200 / 100).
     power_of_two: round each descale up to a power of two (exact rescaling, torchao/MX style).
     eps: floor on amax, so all-zero groups get a finite positive descale.
-    saturate: clamp to ±fp8_max before the cast; False lets overflow become NaN (e4m3fn has no inf),
-        which is what a plain torch cast does on CUDA (torch 2.11).
+    saturate: clamp to the format's ±max (448 for e4m3fn) before the cast, so an fp8_max below it
+        leaves headroom for later values (vLLM's amax / 200); False lets overflow become NaN (e4m3fn
+        has no inf), which is what a plain torch cast does on CUDA (torch 2.11).
     """
 
     granularity: Granularity = field(default_factory=PerTensor)
@@ -272,13 +275,13 @@ def quantize_with_descale(
 ) -> torch.Tensor:
     """`cast_to_fp8(x / descale)` with a given compact descale; same shape as `x`, dtype of `fmt`.
 
-    The division is done in float32 (like vLLM's and FA3's quantizers); the cast is the exact
+    The division is done in float32 (like vLLM's KV-cache write, `fp8lab.kvcache.cache_fp8_quant`); the cast is the exact
     round-to-nearest-even of that float32 quotient, clamped first when `saturate`.
     """
     x4 = as_4d(x, name)
     check_finite(x4, name)
     d = granularity.expand(descale, tuple(x4.shape), f"{name} descale").float()
-    y = x4.float() / d  # float32, as production quantizers (vLLM's scaled_fp8_quant) divide
+    y = x4.float() / d  # float32, as vLLM's cache write divides
     out = formats.cast_to_fp8(y, fmt, overflow="saturate" if saturate else "nonfinite")
     return out.reshape(x.shape)
 
