@@ -16,13 +16,14 @@ can store neighbouring FP8 codes for the same x and scale.
 from __future__ import annotations
 
 import numbers
-
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 
 from fp8lab.formats import cast_to_fp8
-from fp8lab.reference import attention_exact, attention_fa3_fp8
+from fp8lab.reference import AccumulatorModel, attention_exact, attention_fa3_fp8, fa3_block_n, fa3_decode_splits
 
 __all__ = [
     "KV_CACHE_DTYPES",
@@ -260,7 +261,6 @@ class PagedKVCache:
         return self.k_scale.expand(num_seqs, heads_kv), self.v_scale.expand(num_seqs, heads_kv)
 
 
-
 DECODE_MATH = ("fa3_fp8", "dequantized")
 
 
@@ -273,13 +273,24 @@ def paged_decode(
     math: str = "fa3_fp8",
     q_scale: float | None = None,
     softmax_scale: float | None = None,
+    block_n: int | None = None,
+    num_splits: int | Sequence[int] | None = None,
+    accumulator: AccumulatorModel | Literal["vllm"] | None = "vllm",
+    num_sms: int = 132,
 ) -> torch.Tensor:
     """One decode step (one new query token per sequence) over a paged cache.
 
     q: (num_seqs, heads_q, head_dim) float. `math` picks how the FP8 cache is used:
-      "fa3_fp8"     FA3's FP8 path as vLLM drives it: Q quantized with the static
-                    `q_scale`, all three descales `expand()`ed, the FA3 emulation
-                    (`fp8lab.reference.attention_fa3_fp8`); bf16 out.
+      "fa3_fp8"     FA3's FP8 path as vLLM's FA3 library runs a decode step on an H200: Q
+                    quantized with the static `q_scale`, all three descales `expand()`ed, the
+                    FA3 emulation (`fp8lab.reference.attention_fa3_fp8`) with the library's decode
+                    key block (block_n None: `fa3_block_n(d, flavor="vllm", decode=True)`, 128 / 96 /
+                    128 keys at head dims 64 / 128 / 256), its split-KV count per sequence (num_splits
+                    None: `fa3_decode_splits` for vLLM's eager call on `num_sms` SMs; an int is what
+                    the caller passes FA3, a list one count per sequence), and Hopper's FP8 MMA
+                    accumulator flushed into fp32 every block ("vllm"; None: exact fp32 sums). On an
+                    H200 this gives 70-92 % of the library's bf16 outputs bit for bit and the rest a
+                    bf16 ulp or so apart (results/h200/decode_fidelity*.json, `scripts/gpu_decode_fidelity.py`).
       "dequantized" FlashInfer's approach: K/V upcast with their scales, Q kept
                     as given, exact float64 math; isolates the storage error.
     Returns (num_seqs, heads_q, head_dim): bf16 ("fa3_fp8") or float64 ("dequantized").
@@ -305,6 +316,14 @@ def paged_decode(
                          "checkpoint without one 1.0 (vLLM's fallback to k_scale is overwritten; "
                          "fp8lab.scaling.resolve_checkpoint_scales)")
     q8 = scaled_fp8_quant(q, q_scale)
+    heads_kv, d = cache.key_cache.shape[2], cache.key_cache.shape[3]
     k_descale, v_descale = cache.descales(n)
-    q_descale = _check_scale("q_scale", q_scale).to(q.device).expand(n, cache.key_cache.shape[2])
-    return attention_fa3_fp8(q8, k, v, q_descale, k_descale, v_descale, **varlen)
+    q_descale = _check_scale("q_scale", q_scale).to(q.device).expand(n, heads_kv)
+    if block_n is None:
+        block_n = fa3_block_n(d, flavor="vllm", decode=True)
+    if num_splits is None or isinstance(num_splits, numbers.Integral):
+        num_splits = fa3_decode_splits(seq_lens, heads_kv, block_n, num_splits=int(num_splits or 0), num_sms=num_sms)
+    if accumulator == "vllm":
+        accumulator = AccumulatorModel(13, promote_every=block_n)  # HOPPER_FP8_MMA, flushed every key block
+    return attention_fa3_fp8(q8, k, v, q_descale, k_descale, v_descale, block_n=block_n, num_splits=num_splits,
+                             accumulator=accumulator, **varlen)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -148,6 +149,59 @@ def test_varlen_equals_batched_per_sequence():
         torch.testing.assert_close(lse[:, sl], l[0], rtol=0, atol=0)
 
 
+@pytest.mark.parametrize("causal", [False, True])
+def test_split_kv_combines_to_exact_attention_and_follows_fa3_partition(causal):
+    """Split-KV (FA3's decode path): each split's out and lse, combined, is attention again. With every step
+    exact that holds to float64 rounding for any split count, empty splits included (7 blocks in 9 splits)."""
+    q, k, v = _qkv(b=2, sq=3, sk=203, seed=40)
+    qd, kd, vd = _descales(2, 2, seed=41)
+    ref, ref_lse = attention_exact(q, k, v, causal=causal, return_lse=True)
+    for n in (2, 3, 9):
+        out, lse = attention_fa3_fp8(q, k, v, qd, kd, vd, causal=causal, block_n=32, steps=FA3Steps.exact(),
+                                     num_splits=n, return_lse=True)
+        torch.testing.assert_close(out, ref, rtol=1e-11, atol=1e-12)
+        torch.testing.assert_close(lse, ref_lse, rtol=1e-11, atol=1e-12)
+    # with FP8 P the partition shows: each split rescales from its own row max
+    q8, k8, v8 = (cast_to_fp8(x) for x in (q, k, v))
+    one = attention_fa3_fp8(q8, k8, v8, qd, kd, vd, causal=causal, block_n=32, steps=FA3Steps().without("output"))
+    two = attention_fa3_fp8(q8, k8, v8, qd, kd, vd, causal=causal, block_n=32, steps=FA3Steps().without("output"),
+                            num_splits=2)
+    assert 0 < rel_l2(two, one) < 0.05
+    # split 0 takes blocks 0-3 of 7, split 1 blocks 4-6: the same as running them as two sequences' parts
+    o_a, l_a = attention_fa3_fp8(q8, k8[:, :128], v8[:, :128], qd, kd, vd, block_n=32, return_lse=True,
+                                 steps=FA3Steps().without("output"))
+    o_b, l_b = attention_fa3_fp8(q8, k8[:, 128:], v8[:, 128:], qd, kd, vd, block_n=32, return_lse=True,
+                                 steps=FA3Steps().without("output"))
+    if not causal:
+        lse_all = torch.logaddexp(l_a, l_b)
+        want = torch.exp(l_a - lse_all).transpose(1, 2)[..., None] * o_a.double() + \
+            torch.exp(l_b - lse_all).transpose(1, 2)[..., None] * o_b.double()
+        torch.testing.assert_close(two.double(), want, rtol=1e-5, atol=1e-6)
+
+
+def test_split_kv_varlen_takes_one_count_per_sequence():
+    gen = torch.Generator().manual_seed(42)
+    lens_k, hq, hkv, d = [33, 300, 90], 4, 2, 32
+    q = cast_to_fp8(torch.randn(3, hq, d, generator=gen))
+    k, v = (cast_to_fp8(torch.randn(sum(lens_k), hkv, d, generator=gen)) for _ in range(2))
+    qd, kd, vd = _descales(3, hkv, seed=43)
+    cu_q = torch.arange(4, dtype=torch.int32)
+    cu_k = torch.tensor([0, 33, 333, 423], dtype=torch.int32)
+    args = dict(causal=True, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, block_n=64, return_lse=True)
+    mixed, mixed_lse = attention_fa3_fp8(q, k, v, qd, kd, vd, num_splits=[1, 3, 2], **args)
+    for i, n in enumerate((1, 3, 2)):
+        o, l = attention_fa3_fp8(q, k, v, qd, kd, vd, num_splits=n, **args)
+        assert torch.equal(mixed[i], o[i]) and torch.equal(mixed_lse[:, i], l[:, i])
+
+
+def test_a_row_no_split_sees_gets_fa3_combine_lse():
+    """FA3's combine writes lse = +inf for a row with no visible key (its lse_sum is 0); out stays 0."""
+    q, k, v = (cast_to_fp8(x) for x in _qkv(b=1, sq=40, sk=16, seed=12))
+    out, lse = attention_fa3_fp8(q, k, v, causal=True, num_splits=2, block_n=8, return_lse=True)
+    assert bool((out[:, :24] == 0).all()) and bool(torch.isposinf(lse[:, :, :24]).all())
+    assert bool(torch.isfinite(lse[:, :, 24:]).all())
+
+
 def test_fully_masked_rows_give_zero_and_minus_inf():
     q, k, v = (cast_to_fp8(x) for x in _qkv(b=1, sq=40, sk=16, seed=12))
     out, lse = attention_fa3_fp8(q, k, v, causal=True, return_lse=True)
@@ -203,6 +257,9 @@ def test_fa3_block_n_follows_tile_size_h():
         (dict(accumulator=13), TypeError, "AccumulatorModel"),
         (dict(q_descale=torch.ones(3, 2)), ValueError, r"q_descale: expected shape \(batch, heads_kv\)"),
         (dict(k_descale=torch.ones(2, 2, dtype=torch.float64)), TypeError, "float32"),
+        (dict(num_splits=0), ValueError, r"num_splits: expected an int >= 1, or one per sequence \(2\)"),
+        (dict(num_splits=[1, 2, 3]), ValueError, "num_splits"),
+        (dict(num_splits=[1, 2]), ValueError, "one count per sequence is for varlen"),
     ],
 )
 def test_bad_arguments(kwargs, exc, match):
@@ -322,6 +379,26 @@ def test_recorded_fidelity_parses_and_meets_the_target_with_the_accumulator_mode
     lr = long_context_record(rec)
     fa3, emu = lr.loc[("v_offset", "fa3-fwd")], lr.loc[("v_offset", "emulation acc_m13_pv")]
     assert float(((fa3 - emu).abs() / fa3).max()) < 0.01
+
+
+def test_recorded_decode_fidelity_agrees_with_the_decode_model():
+    """vLLM's library on paged FP8 decode (H200): the key block that matched it best is `fa3_block_n(decode=True)`,
+    and each sequence's split count, where the sweep reached it, is `fa3_decode_splits`'s (the validation run's
+    record: tests/test_record_headlines.py)."""
+    from pathlib import Path
+
+    from fp8lab.reference import fa3_decode_splits
+
+    root = Path(__file__).resolve().parents[1] / "results" / "h200"
+    sweep = json.loads((root / "decode_fidelity.json").read_text())
+    hk = sweep["heads_kv"]
+    for case in sweep["cases"]:
+        bn = fa3_block_n(case["head_dim"], flavor="vllm", decode=True)
+        assert case["best_block_n"] == bn, case["case"]
+        for ns, rec in case["splits"].items():
+            want = fa3_decode_splits(case["lens"], hk, bn, num_splits=int(ns))
+            reached = [w <= 12 for w in want]  # the sweep tried 1..12 splits
+            assert [k for k, r in zip(rec["best_k_per_seq"], reached) if r] == [w for w, r in zip(want, reached) if r]
 
 
 def test_mma_with_tiny_float64_values_stays_finite():

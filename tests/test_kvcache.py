@@ -152,7 +152,7 @@ def test_bad_writes_and_reads():
 
 
 def test_paged_decode_matches_the_references_on_contiguous_data():
-    from fp8lab.reference import attention_exact, attention_fa3_fp8
+    from fp8lab.reference import AccumulatorModel, attention_exact, attention_fa3_fp8, fa3_decode_splits
 
     g = torch.Generator().manual_seed(5)
     lens, block_size, heads_q, heads_kv, d = [7, 19], 4, 4, 2, 64
@@ -178,8 +178,15 @@ def test_paged_decode_matches_the_references_on_contiguous_data():
 
     got = paged_decode(q, cache, table, lens, math="fa3_fp8", q_scale=qs)
     desc = lambda s: torch.full((2, heads_kv), s, dtype=f32)  # materialized, unlike vLLM's expand()
-    want = attention_fa3_fp8(scaled_fp8_quant(q, qs), k8, v8, desc(qs), desc(ks), desc(vs), **args)
+    fp8_args = (scaled_fp8_quant(q, qs), k8, v8, desc(qs), desc(ks), desc(vs))
+    # vLLM's library at head dim 64: 128-key blocks, no split at these lengths, 13-bit MMA flushed every block
+    want = attention_fa3_fp8(*fp8_args, block_n=128, num_splits=[1, 1],
+                             accumulator=AccumulatorModel(13, promote_every=128), **args)
     assert got.dtype == torch.bfloat16 and torch.equal(got, want)
+    # what the caller passes FA3 as num_splits, per sequence as FA3 splits them: 8-key blocks, at most 3 splits
+    got = paged_decode(q, cache, table, lens, q_scale=qs, block_n=8, num_splits=3, accumulator=None)
+    assert fa3_decode_splits(lens, heads_kv, 8, num_splits=3) == [1, 3]
+    assert torch.equal(got, attention_fa3_fp8(*fp8_args, block_n=8, num_splits=[1, 3], **args))
 
 
 def test_paged_decode_bad_input():

@@ -9,7 +9,8 @@
 
 from fp8lab.reference.attribution import ATTRIBUTION_STEPS, attribute_error
 from fp8lab.reference.exact import attention_exact
-from fp8lab.reference.fa3 import HOPPER_FP8_MMA, STEP_NAMES, AccumulatorModel, FA3Steps, attention_fa3_fp8, fa3_block_n, mma
+from fp8lab.reference.fa3 import (HOPPER_FP8_MMA, STEP_NAMES, AccumulatorModel, FA3Steps, attention_fa3_fp8,
+                                  fa3_block_n, fa3_decode_splits, mma)
 from fp8lab.reference.inputs import QuantizedQKV, quantize_qkv
 from fp8lab.reference.masks import normalize_window, visible
 
@@ -24,6 +25,7 @@ __all__ = [
     "attention_fa3_fp8",
     "attribute_error",
     "fa3_block_n",
+    "fa3_decode_splits",
     "mma",
     "normalize_window",
     "quantize_qkv",

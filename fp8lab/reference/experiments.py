@@ -24,6 +24,7 @@ from fp8lab.reference.fa3 import HOPPER_FP8_MMA, AccumulatorModel, FA3Steps, att
 from fp8lab.reference.inputs import quantize_qkv
 
 __all__ = [
+    "decode_split_record",
     "PAPER_TABLE3",
     "accumulator_study",
     "attribution_table",
@@ -307,3 +308,29 @@ def long_context_record(record: dict) -> pd.DataFrame:
     if not rows:
         return pd.DataFrame()
     return pd.DataFrame(rows).pivot_table(index=["dist", "who"], columns="seqlen_k", values="rel_l2", aggfunc="last")
+
+
+def decode_split_record(results_dir: str | Path, name: str = "decode_fidelity_validate.json") -> pd.DataFrame:
+    """The H200's check of FA3's split-KV decode against vLLM's FA3 library (`scripts/gpu_decode_fidelity.py`,
+    its validation run, `decode_fidelity_validate.json`), one row per (case, num_splits, sequence).
+
+    Columns: case, head_dim, heads_kv, block_n (the emulation's key block), num_splits (what the call
+    passed the library: 0 is FA3's own heuristic, vLLM's eager call), sequence (its index in the
+    batch), seqlen_k, predicted_splits (`fp8lab.reference.fa3_decode_splits` for that call),
+    equal_at_predicted and equal_without_split: the fraction of the sequence's bf16 outputs equal bit
+    for bit to the library's, with the emulation split as predicted and not split at all.
+    """
+    path = Path(results_dir) / name
+    record = json.loads(path.read_text())
+    if "context" not in record or "validation" not in record:
+        raise ValueError(f"{path}: expected a record with 'context' and 'validation', got keys {sorted(record)}")
+    rows = []
+    for case in record["validation"]:
+        for passed, got in case["by_num_splits"].items():
+            per_seq = zip(case["lens"], got["predicted_splits"], got["equal_at_predicted"], got["equal_without_split"],
+                          strict=True)
+            rows += [{"case": case["case"], "head_dim": case["head_dim"], "heads_kv": case.get("heads_kv", record.get("heads_kv")),
+                      "block_n": case["block_n"], "num_splits": int(passed), "sequence": i, "seqlen_k": n,
+                      "predicted_splits": k, "equal_at_predicted": at, "equal_without_split": without}
+                     for i, (n, k, at, without) in enumerate(per_seq)]
+    return pd.DataFrame(rows)

@@ -24,6 +24,8 @@ keeps fewer bits than fp32, with optional two-level accumulation (vLLM).
 from __future__ import annotations
 
 import math
+import numbers
+from collections.abc import Sequence
 from dataclasses import dataclass, fields, replace
 from typing import Literal
 
@@ -34,7 +36,8 @@ from fp8lab.layout import check_flag, check_folded_scale, check_max_offset, chec
 from fp8lab.reference.exact import group_rows, query_chunk, shape_of, ungroup_rows
 from fp8lab.reference.masks import key_range, normalize_window, visible
 
-__all__ = ["HOPPER_FP8_MMA", "AccumulatorModel", "FA3Steps", "attention_fa3_fp8", "fa3_block_n", "mma"]
+__all__ = ["HOPPER_FP8_MMA", "AccumulatorModel", "FA3Steps", "attention_fa3_fp8", "fa3_block_n", "fa3_decode_splits",
+           "mma"]
 
 LOG2E = 1.4426950408889634  # M_LOG2E, FA3 folds it into the softmax scale to use exp2
 LN2 = 0.6931471805599453  # M_LN2, turns the exp2-domain max back into a natural-log lse
@@ -185,21 +188,24 @@ def fa3_block_n(
     local: bool = False,
     fp8: bool = True,
     flavor: Literal["upstream", "vllm"] = "upstream",
+    decode: bool = False,
 ) -> int:
     """FA3's kBlockN on Hopper (hopper/tile_size.h, `tile_size_fwd_sm90`).
 
     For the plain path: TMA K/V (not paged), V row-major, no softcap, two MMA
-    warpgroups (one is used only when seqlen_q * heads_q / heads_kv <= 64).
-    flavor="vllm": the FP8 block sizes of vLLM's FA3 library (vllm 0.33), which
-    differ at head dims 64 and 128 - MEASURED on an H200 as the block size that
-    brings the emulation closest to the library (results/h200/fidelity.json),
-    not read from its source.
+    warpgroups. flavor="vllm": the FP8 block sizes of vLLM's FA3 library (vllm 0.33),
+    which differ at head dims 64 and 128 - MEASURED on an H200 as the block size that
+    brings the emulation closest to the library (results/h200/fidelity.json), not read
+    from its source. decode=True (vllm flavor, FP8): a call whose query tile holds at most
+    64 rows (seqlen_q * heads_q / heads_kv <= 64, as in decode), where vLLM's library runs
+    one MMA warpgroup at head dim 128 (FA3's `use_one_mma_wg`): 96 keys, measured as above on
+    paged decode (results/h200/decode_fidelity.json); upstream's FP8 tiles ignore it.
     """
     d, dv = head_dim, head_dim if head_dim_v is None else head_dim_v
     if flavor not in ("upstream", "vllm"):
         raise ValueError(f"flavor: expected 'upstream' or 'vllm', got {flavor!r}")
     if fp8 and flavor == "vllm" and not local and d in (64, 128):
-        return {64: 128, 128: 192}[d]
+        return {64: 128, 128: 96 if decode else 192}[d]
     if fp8:
         if d <= 64:
             return 160
@@ -223,6 +229,44 @@ def fa3_block_n(
     if d <= 192:
         return 96 if local else (128 if dv <= 128 else 112)
     return 64 if local else 80
+
+
+def fa3_decode_splits(
+    seqlens_k: Sequence[int],
+    heads_kv: int,
+    block_n: int,
+    *,
+    num_splits: int = 0,
+    num_sms: int = 132,
+) -> list[int]:
+    """The split-KV count FA3 gives each sequence of a varlen decode call (one query tile per
+    (sequence, kv head): seqlen_q * heads_q / heads_kv <= the tile's rows), as vLLM calls it.
+
+    num_splits: what the caller passes (vLLM: 0 eagerly, its CUDA-graph cap otherwise); 0 = FA3's
+    heuristic (hopper/heuristics.h `num_splits_heuristic`, with a varlen batch counted as one
+    sequence, flash_api.cpp). Up to 992 sequences FA3 then splits each sequence dynamically
+    (flash_prepare_scheduler.cu): ceil(its key blocks / blocks_per_sm), blocks_per_sm =
+    ceil(1.1 * heads_kv * all key blocks / num_sms), at most the static count. num_sms: 132 on an
+    H100/H200 SXM. Read from upstream's source and checked bit for bit against vLLM's library
+    on an H200 (results/h200/decode_fidelity.json, decode_fidelity_validate.json).
+    """
+    lens = [int(n) for n in seqlens_k]
+    if not lens:
+        return []
+    n_blocks = [-(-n // block_n) for n in lens]
+    if num_splits <= 0:  # the heuristic, for a varlen batch "pretending that batch = 1"
+        total_mblocks = heads_kv * (1 if len(lens) <= 992 else len(lens))
+        most = max(n_blocks)
+        if total_mblocks >= 0.8 * num_sms or most <= 4:
+            num_splits = 1
+        else:
+            cap = min(128, num_sms, most)
+            eff = [(total_mblocks * k / num_sms) / math.ceil(total_mblocks * k / num_sms) for k in range(1, cap + 1)]
+            num_splits = next(k for k in range(1, cap + 1) if eff[k - 1] >= 0.85 * max(eff))
+    if len(lens) > 992:  # no dynamic split: every sequence takes the static count
+        return [num_splits] * len(lens)
+    per_sm = max(1, math.ceil(sum(n_blocks) * 1.1 * heads_kv / num_sms))
+    return [max(1, min(-(-n // per_sm), num_splits)) for n in n_blocks]
 
 
 def _to_units(x: torch.Tensor, descale: torch.Tensor | None, heads_kv: int, cast: bool) -> torch.Tensor:
@@ -257,6 +301,7 @@ def _fa3_batched(
     steps: FA3Steps,
     accumulator: AccumulatorModel | None,
     rowsum_of_fp8_p: bool,
+    num_splits: int = 1,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Units qu (b, sq, hq, d), ku/vu (b, sk, hkv, d), float64 descales (b, hkv) -> out (b, sq, hq, dv), lse (b, hq, sq)."""
     b, sq, hq, _ = qu.shape
@@ -275,22 +320,15 @@ def _fa3_batched(
     out = torch.zeros(b, hkv, g, sq, dv, dtype=ct, device=dev)
     lse = torch.full((b, hkv, g, sq), -math.inf, dtype=ct, device=dev)
     qk_model = accumulator if accumulator is not None and accumulator.apply_to_qk else None
-    step = query_chunk(b, hq, block_n)
-    for q0 in range(0, sq, step):
-        q1 = min(sq, q0 + step)
-        c = q1 - q0
-        rows = qg[:, :, :, q0:q1].reshape(b, hkv, g * c, qu.shape[3])
-        q_pos = torch.arange(q0, q1, device=dev).repeat(g)
-        lo, hi = key_range(q0, q1, sq, sk, left, right)
-        blocks = list(range(lo // block_n, -(-hi // block_n))) if hi > lo else []
-        if reverse_blocks:
-            blocks.reverse()
-        m = torch.full((b, hkv, g * c, 1), -math.inf, dtype=ct, device=dev)
-        l = torch.zeros(b, hkv, g * c, 1, dtype=ct, device=dev)
-        o = torch.zeros(b, hkv, g * c, dv, dtype=ct, device=dev)
+
+    def key_blocks(rows: torch.Tensor, q_pos: torch.Tensor, blocks: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+        """FA3's main loop over `blocks` for one tile of rows: its out (normalized, times v_descale) and lse."""
+        m = torch.full((*rows.shape[:-1], 1), -math.inf, dtype=ct, device=dev)
+        l = torch.zeros_like(m)
+        o = torch.zeros(*rows.shape[:-1], dv, dtype=ct, device=dev)
         pending = None  # two-level accumulation: the MMA accumulator not yet flushed into o
         keys_pending = 0
-        for j in blocks:
+        for j in (blocks[::-1] if reverse_blocks else blocks):
             k0, k1 = j * block_n, min(sk, (j + 1) * block_n)
             if qk_model is not None:
                 s = mma(rows, kt[..., k0:k1], None, qk_model).to(ct)
@@ -323,14 +361,62 @@ def _fa3_batched(
             o = o + pending.to(ct)
         ok = (l > 0) & ~torch.isnan(l)
         inv = torch.where(ok, 1.0 / torch.where(ok, l, torch.ones_like(l)), torch.zeros_like(l))
-        out[:, :, :, q0:q1] = (o * (inv * factor_v)).reshape(b, hkv, g, c, dv)
-        lse_c = m * (sl2 * LN2) + torch.log(l * 2.0 ** -max_offset)
-        lse_c = torch.where(ok, lse_c, torch.full_like(lse_c, -math.inf))
-        lse[:, :, :, q0:q1] = lse_c.reshape(b, hkv, g, c)
+        lse_t = m * (sl2 * LN2) + torch.log(l * 2.0 ** -max_offset)
+        return o * (inv * factor_v), torch.where(ok, lse_t, torch.full_like(lse_t, -math.inf))
+
+    step = query_chunk(b, hq, block_n)
+    for q0 in range(0, sq, step):
+        q1 = min(sq, q0 + step)
+        c = q1 - q0
+        rows = qg[:, :, :, q0:q1].reshape(b, hkv, g * c, qu.shape[3])
+        q_pos = torch.arange(q0, q1, device=dev).repeat(g)
+        lo, hi = key_range(q0, q1, sq, sk, left, right)
+        blocks = list(range(lo // block_n, -(-hi // block_n))) if hi > lo else []
+        if num_splits == 1:
+            o_t, lse_t = key_blocks(rows, q_pos, blocks)
+        else:
+            o_t, lse_t = _combine_splits([key_blocks(rows, q_pos, part) for part in _split_blocks(blocks, num_splits)])
+        out[:, :, :, q0:q1] = o_t.reshape(b, hkv, g, c, dv)
+        lse[:, :, :, q0:q1] = lse_t.reshape(b, hkv, g, c)
     out = ungroup_rows(out)
     if steps.output:
         out = out.to(torch.bfloat16)
     return out, lse.reshape(b, hq, sq)
+
+
+def _check_num_splits(num_splits: int | Sequence[int], batch: int) -> list[int]:
+    """num_splits as one count per sequence: an int >= 1, or a sequence of `batch` of them."""
+    many = not isinstance(num_splits, numbers.Integral) and isinstance(num_splits, Sequence)
+    counts = list(num_splits) if many else [num_splits] * batch
+    if len(counts) != batch or any(isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 1 for n in counts):
+        raise ValueError(f"num_splits: expected an int >= 1, or one per sequence ({batch}), got {num_splits!r}")
+    return [int(n) for n in counts]
+
+
+def _split_blocks(blocks: list[int], num_splits: int) -> list[list[int]]:
+    """FA3's split-KV partition (hopper/block.h): split i takes the i-th run of ceil(n / num_splits) blocks
+    (later splits may be empty)."""
+    per = -(-len(blocks) // num_splits)
+    return [blocks[i * per:(i + 1) * per] for i in range(num_splits)]
+
+
+def _combine_splits(parts: list[tuple[torch.Tensor, torch.Tensor]]) -> tuple[torch.Tensor, torch.Tensor]:
+    """FA3's combine kernel (hopper/flash_fwd_combine_kernel.h), in the partial outputs' dtype (fp32):
+    lse = log(sum exp(lse_i - max)) + max, out = sum exp(lse_i - lse) * out_i, split by split.
+    A row no split saw gets lse = +inf there (lse_sum == 0), and out = 0."""
+    lses = torch.stack([lse for _, lse in parts])  # (splits, ..., rows, 1)
+    lse_max = lses.amax(dim=0)
+    lse_max = torch.where(lse_max == -math.inf, torch.zeros_like(lse_max), lse_max)
+    lse_sum = torch.zeros_like(lse_max)
+    for lse_i in lses:
+        lse_sum = lse_sum + torch.exp(lse_i - lse_max)
+    bad = (lse_sum == 0) | torch.isnan(lse_sum)
+    lse_all = torch.where(bad, torch.full_like(lse_sum, math.inf), torch.log(lse_sum) + lse_max)
+    out = torch.zeros_like(parts[0][0])
+    for (o_i, _), lse_i in zip(parts, lses):
+        w = torch.exp(lse_i - lse_all)
+        out = (out.double() + w.double() * o_i.double()).to(out.dtype)  # an FFMA: one rounding
+    return out, lse_all
 
 
 def attention_fa3_fp8(
@@ -354,6 +440,7 @@ def attention_fa3_fp8(
     steps: FA3Steps = FA3Steps(),
     accumulator: AccumulatorModel | None = None,
     rowsum_of_fp8_p: bool = False,
+    num_splits: int | Sequence[int] = 1,
     return_lse: bool = False,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """FA3's FP8 forward, emulated (see the module docstring for the algorithm).
@@ -369,6 +456,10 @@ def attention_fa3_fp8(
     accumulation, or an `AccumulatorModel` (`HOPPER_FP8_MMA` matches an H200 bit for bit
     on most outputs; add promote_every=block_n for vLLM's two-level accumulation).
     rowsum_of_fp8_p: sum P after the e4m3 cast (FA3 sums the fp32 P: False).
+    num_splits: FA3's split-KV (decode with few sequences): each query tile's key blocks split
+    into num_splits runs of ceil(n / num_splits) blocks, each run's out (fp32) and lse
+    combined as FA3's combine kernel does. An int, or for varlen one per sequence (FA3 picks a
+    count per sequence). A row that no split sees gets lse = +inf (FA3's combine), not -inf.
 
     Returns out in q's layout (bf16 with steps.output, else float32 with
     steps.fp32, else float64) and with return_lse the natural-log lse,
@@ -392,6 +483,7 @@ def attention_fa3_fp8(
     if accumulator is not None and not isinstance(accumulator, AccumulatorModel):
         raise TypeError(f"accumulator: expected None or an AccumulatorModel, got {type(accumulator).__name__}")
     options = (scale, left, right, block_n, reverse_blocks, float(max_offset), steps, accumulator, rowsum_of_fp8_p)
+    splits = _check_num_splits(num_splits, shape.batch)
 
     def run(qs, ks, vs, sel):
         hk = shape.heads_kv
@@ -401,9 +493,12 @@ def attention_fa3_fp8(
         vu = _to_units(vs, dsc[2], hk, steps.v)
         ones = torch.ones(qu.shape[0], hk, dtype=torch.float64, device=q.device)
         d64 = [ones if d is None else d.to(torch.float64) for d in dsc]
-        return _fa3_batched(qu, ku, vu, *d64, *options)
+        return _fa3_batched(qu, ku, vu, *d64, *options, num_splits=splits[sel.start or 0] if splits else 1)
 
     if not shape.varlen:
+        if len(set(splits)) > 1:
+            raise ValueError(f"num_splits: one count per sequence is for varlen inputs; batched takes an int, got "
+                             f"{list(num_splits)}")
         out, lse = run(q, k, v, slice(None))
         return (out, lse) if return_lse else out
     out = lse = None
