@@ -11,7 +11,7 @@ The short public API; each subject's full API lives in its module
 """
 
 from fp8lab import data, env, formats, kvcache, layout, metrics, reference, scaling, transforms
-from fp8lab.backends import BackendError, attention, prepare_attention
+from fp8lab.backends import BackendError, attention, choose_backend, prepare_attention
 from fp8lab.formats import FP8Format, cast_to_fp8, get_format, probe_torch_casts
 from fp8lab.reference import AccumulatorModel, FA3Steps, attention_exact, attention_fa3_fp8
 from fp8lab.scaling import (
@@ -50,6 +50,7 @@ __all__ = [
     "attention_exact",
     "attention_fa3_fp8",
     "cast_to_fp8",
+    "choose_backend",
     "data",
     "dequantize",
     "env",

@@ -67,9 +67,40 @@ def results_dir(gpu: str = "h200") -> Path:
     return path
 
 
+_KERNELS_INTERPRETED: bool | None = None  # what fp8lab.kernels' Triton kernels were defined as, once imported
+
+
+def _interpret_requested() -> bool:
+    """TRITON_INTERPRET as Triton reads it now (its knobs: "1", "true", "on")."""
+    try:
+        import triton.knobs
+
+        return bool(triton.knobs.runtime.interpret)
+    except (ImportError, AttributeError):
+        return os.environ.get("TRITON_INTERPRET", "").strip().lower() in ("1", "true", "on")
+
+
+def set_kernels_interpreted(interpreted: bool) -> None:
+    """Called by `fp8lab.kernels` on import: whether Triton made its kernels interpreted ones. Triton
+    reads TRITON_INTERPRET when a kernel is defined, so that choice holds for the whole process."""
+    global _KERNELS_INTERPRETED
+    _KERNELS_INTERPRETED = bool(interpreted)
+
+
 def triton_interpret() -> bool:
-    """True when Triton kernels run in the CPU interpreter (TRITON_INTERPRET=1)."""
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+    """True when fp8lab's Triton kernels run in the CPU interpreter: as they were defined once
+    `fp8lab.kernels` is imported, else as TRITON_INTERPRET asks now."""
+    return _KERNELS_INTERPRETED if _KERNELS_INTERPRETED is not None else _interpret_requested()
+
+
+def triton_interpret_note() -> str:
+    """'' or, where TRITON_INTERPRET now asks for another mode than the kernels were defined in, what to do."""
+    if _KERNELS_INTERPRETED is None or _KERNELS_INTERPRETED == _interpret_requested():
+        return ""
+    now = "set" if not _KERNELS_INTERPRETED else "unset"
+    return (f"; TRITON_INTERPRET is {now} now, but fp8lab.kernels were defined "
+            f"{'with' if _KERNELS_INTERPRETED else 'without'} the interpreter when imported (Triton reads it "
+            "then): restart the Python or Jupyter kernel with TRITON_INTERPRET=1 set before importing fp8lab")
 
 
 def context(**extra: object) -> dict:

@@ -120,9 +120,13 @@ def check_descale(
 
 def _check_cu_seqlens_tensor(name: str, cu: torch.Tensor, device: torch.device) -> int:
     """dtype, shape and device of a cu_seqlens tensor; returns the batch it describes."""
-    if not isinstance(cu, torch.Tensor) or cu.dtype != torch.int32 or cu.dim() != 1 or cu.numel() < 2:
-        got = f"{_dtype_name(cu)} {tuple(cu.shape)}" if isinstance(cu, torch.Tensor) else type(cu).__name__
-        raise ValueError(f"{name}: expected an int32 tensor of shape (batch + 1,) with batch >= 1, got {got}")
+    if not isinstance(cu, torch.Tensor):
+        raise TypeError(f"{name}: expected an int32 tensor of shape (batch + 1,), got {type(cu).__name__}")
+    if cu.dtype != torch.int32:  # torch.cumsum gives int64: the likeliest slip
+        raise TypeError(f"{name}: expected int32 (FA3's), got {_dtype_name(cu)}; pass {name}.to(torch.int32)")
+    if cu.dim() != 1 or cu.numel() < 2:
+        raise ValueError(f"{name}: expected an int32 tensor of shape (batch + 1,) with batch >= 1, got "
+                         f"shape {tuple(cu.shape)}")
     if cu.device != device:
         raise ValueError(f"{name}: expected it on {device} like q, got {cu.device}")
     if cu.stride(0) != 1:  # the kernels read entry i at cu + i, as FA3's do (it checks the same)
@@ -250,6 +254,10 @@ def check_attention_inputs(
         _, heads_kv, head_dim_k = k.shape
         heads_v, head_dim_v = v.shape[1], v.shape[2]
     else:
+        for name, given in (("max_seqlen_q", max_seqlen_q), ("max_seqlen_k", max_seqlen_k)):
+            if given is not None:
+                raise ValueError(f"{name}: applies to varlen calls (with cu_seqlens) only; a batched call's "
+                                 f"lengths are its tensors' seqlen dim, got {given!r}")
         for name, t in (("q", q), ("k", k), ("v", v)):
             if t.dim() != 4:
                 raise ValueError(
@@ -338,8 +346,14 @@ def check_softmax_scale(softmax_scale: float | torch.Tensor | None, head_dim: in
         return head_dim ** -0.5
     if isinstance(softmax_scale, torch.Tensor) and softmax_scale.numel() == 1:
         softmax_scale = softmax_scale.item()
-    if isinstance(softmax_scale, bool) or not isinstance(softmax_scale, numbers.Real) or not math.isfinite(softmax_scale):
-        raise ValueError(f"softmax_scale: expected a finite number or None, got {softmax_scale!r}")
+    real = not isinstance(softmax_scale, bool) and isinstance(softmax_scale, numbers.Real)
+    try:  # math.isfinite raises OverflowError for an int beyond float's range
+        finite = real and math.isfinite(softmax_scale)
+    except OverflowError:
+        finite = False
+    if not finite:
+        shown = repr(softmax_scale) if len(repr(softmax_scale)) < 40 else repr(softmax_scale)[:30] + "..."
+        raise ValueError(f"softmax_scale: expected a finite number or None, got {shown}")
     if not 0 < softmax_scale <= torch.finfo(torch.float32).max or torch.tensor(float(softmax_scale)).item() == 0:
         # FA3's online softmax subtracts the row max of the scaled scores: only a positive scale keeps it the max
         raise ValueError(f"softmax_scale: expected a number > 0 that float32 holds, got {softmax_scale!r}")

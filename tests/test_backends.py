@@ -250,7 +250,7 @@ BAD_INPUTS = [
                                                           {"cu_seqlens_q": cu([10, 19]), "cu_seqlens_k": cu([10, 20])}),
      ValueError, "last entry must equal the 30 tokens"),
     ("cu_seqlens int64", lambda: (randn(30, 2, 64), randn(30, 2, 64), randn(30, 2, 64),
-                                  {"cu_seqlens_q": cu([10, 20]).long(), "cu_seqlens_k": cu([10, 20])}), ValueError, "int32"),
+                                  {"cu_seqlens_q": cu([10, 20]).long(), "cu_seqlens_k": cu([10, 20])}), TypeError, r"expected int32 \(FA3.s\), got int64; pass cu_seqlens_q.to\(torch.int32\)"),
     ("cu_seqlens decreasing", lambda: (randn(30, 2, 64), randn(30, 2, 64), randn(30, 2, 64),
                                        {"cu_seqlens_q": torch.tensor([0, 20, 10, 30], dtype=torch.int32),
                                         "cu_seqlens_k": cu([10, 10, 10])}), ValueError, "non-decreasing"),

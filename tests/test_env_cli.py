@@ -77,3 +77,23 @@ def test_public_api_resolves_and_import_stays_light():
     subprocess.run([sys.executable, "-c", code], check=True, env={**os.environ, "TRITON_INTERPRET": "1"})
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
         __import__("fp8lab").nope
+
+
+def test_the_interpreter_state_is_the_kernels_not_the_variable(monkeypatch):
+    """Triton reads TRITON_INTERPRET when a kernel is defined: once fp8lab.kernels is imported, flipping the
+    variable changes nothing, so fp8lab reports what the kernels are and says how to get the other mode
+    (it used to follow the variable, pass its checks, then fail deep in Triton: "0 active drivers")."""
+    import fp8lab.kernels  # noqa: F401 - defines the kernels
+    from fp8lab.backends.gating import PROVIDERS, Device, Request, provider_reasons
+
+    interpreted = env.triton_interpret()
+    assert env.triton_interpret_note() == ""
+    monkeypatch.setenv("TRITON_INTERPRET", "0" if interpreted else "1")
+    assert env.triton_interpret() is interpreted
+    assert "restart the Python or Jupyter kernel" in env.triton_interpret_note()
+    reasons, _ = provider_reasons(PROVIDERS["triton"], Device(None), Request("fp8", 64), os.environ)
+    assert (reasons == []) is interpreted
+    if not interpreted:
+        assert "set now, but fp8lab.kernels were defined without the interpreter" in reasons[0]
+    # a simulated machine's env is read as given
+    assert provider_reasons(PROVIDERS["triton"], Device(None), Request("fp8", 64), {"TRITON_INTERPRET": "true"})[0] == []

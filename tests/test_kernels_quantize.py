@@ -266,9 +266,16 @@ def test_static_matches_vllm_formula_and_saturates():
         # a Python scale that float32 flushes to 0 or overflows: a descale of 0 would divide by zero
         (lambda x: quantize_fp8_static(x, 1e-50), ValueError, "float32's normal range"),
         (lambda x: quantize_fp8_static(x, 1e39), ValueError, "float32's normal range"),
+        # a tensor scale read on the CPU likewise (a subnormal one made every 0 a NaN code)
+        pytest.param(lambda x: quantize_fp8_static(x.cpu(), torch.tensor([1e-39])), ValueError,
+                     "float32's normal range", marks=pytest.mark.skipif(DEV != "cpu", reason="CPU tensors")),
         (lambda x: quantize_fp8(x, "head", heads_kv=2.5), ValueError, "heads_kv: expected a positive int"),
         (lambda x: quantize_fp8(x, "head", heads_kv=True), ValueError, "heads_kv: expected a positive int"),
         (lambda x: quantize_fp8(x.tolist(), "head"), TypeError, "x: expected a torch.Tensor"),
+        (lambda x: quantize_fp8(x[:, :, :0], "head"), ValueError, "at least one head and head_dim >= 1"),
+        (lambda x: quantize_fp8(x[..., :0], "token"), ValueError, "at least one head and head_dim >= 1"),
+        (lambda x: quantize_fp8_static(x[0, :, :, :0], 0.5, cu_seqlens=torch.tensor([0, 4], dtype=torch.int32,
+                                                                                  device=DEV)), ValueError, "head_dim >= 1"),
         (lambda x: quantize_fp8(x.to("meta"), "head"), ValueError, "expected a CUDA tensor"),
         # cu_seqlens[:, 0] of a (batch + 1, 2) tensor: stride 2, which the kernels would misread
         (lambda x: quantize_fp8(x[0], "head", cu_seqlens=torch.tensor([[0, 0], [4, 4]], dtype=torch.int32,
@@ -637,3 +644,23 @@ def test_v22_profile_of_one_against_four_sequences():
     assert one[land] > 1.4 * four[land]
     hand = "try-waits per wait for a hand-over (cast warps)"
     assert one[hand] > 1.2 * four[hand]
+
+
+@pytest.mark.parametrize("varlen", [False, True])
+def test_more_sequences_than_grid_axis_1_holds_take_one_flat_axis(monkeypatch, varlen):
+    """More than 65535 sequences do not fit grid axis 1: the kernels then take one flat axis (a division per
+    program, 2-5 % slower where it was measured, so only then), with the same bits in every schedule."""
+    gen = torch.Generator().manual_seed(77)
+    x = (torch.randn(5, 37, 4, 32, generator=gen) * 3).to(DEV, torch.bfloat16)
+    kw = {}
+    if varlen:
+        x, kw = x.reshape(185, 4, 32), dict(cu_seqlens=torch.tensor([0, 30, 30, 101, 185], dtype=torch.int32, device=DEV))
+    calls = [lambda: quantize_fp8(x, "head", heads_kv=2, schedule="two-pass", **kw),
+             lambda: quantize_fp8(x, "tensor", schedule="two-pass", **kw),
+             lambda: quantize_fp8(x, "token", **kw),
+             lambda: quantize_fp8_static(x, 0.0173, **kw)]
+    want = [c() for c in calls]
+    monkeypatch.setattr(Q, "GRID_Y_MAX", 2)
+    for c, (y0, d0) in zip(calls, want):
+        y, d = c()
+        assert torch.equal(bits(y), bits(y0)) and torch.equal(d.cpu(), d0.cpu())

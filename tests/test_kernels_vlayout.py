@@ -63,3 +63,14 @@ def test_transpose_keys_says_what_it_expected():
         transpose_keys(v, 48, key_ordered=True)
     with pytest.raises(ValueError, match=">= 40"):
         transpose_keys(v, 32)
+
+
+def test_more_pairs_than_grid_axis_1_holds_take_one_flat_axis(monkeypatch):
+    """More than 65535 (batch, head) pairs do not fit grid axis 1: they go on axis 0, the same bytes."""
+    import fp8lab.kernels.vlayout as L
+
+    gen = torch.Generator().manual_seed(9)
+    v = (torch.randn(3, 70, 5, 64, generator=gen) * 60).to(torch.float8_e4m3fn).to(DEVICE)
+    want = transpose_keys(v, 96, key_ordered=True)
+    monkeypatch.setattr(L, "GRID_Y_MAX", 4)  # 15 pairs: flat
+    assert torch.equal(transpose_keys(v, 96, key_ordered=True).view(torch.uint8), want.view(torch.uint8))

@@ -121,13 +121,15 @@ def test_bad_cu_seqlens(cu_q, message):
 
 def test_cu_seqlens_dtype_and_pairing():
     q = torch.randn(7, 4, 64)
-    with pytest.raises(ValueError, match="int32"):
+    with pytest.raises(TypeError, match=r"expected int32 \(FA3's\), got int64; pass cu_seqlens_q.to\(torch.int32\)"):
         check_attention_inputs(q, q, q, cu_seqlens_q=torch.tensor([0, 7]), cu_seqlens_k=torch.tensor([0, 7]))
     with pytest.raises(ValueError, match="both"):
         check_attention_inputs(q, q, q, cu_seqlens_q=torch.tensor([0, 7], dtype=torch.int32))
     cu = torch.tensor([0, 7], dtype=torch.int32)
     with pytest.raises(ValueError, match="max_seqlen_q"):
         check_attention_inputs(q, q, q, cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=3)
+    with pytest.raises(ValueError, match=r"max_seqlen_k: applies to varlen calls \(with cu_seqlens\) only"):
+        check_attention_inputs(q[None], q[None], q[None], max_seqlen_k=7)  # batched: it would be ignored
 
 
 def test_softmax_scale():
@@ -139,6 +141,8 @@ def test_softmax_scale():
         with pytest.raises(ValueError, match="softmax_scale: expected a finite number"):
             check_softmax_scale(bad, 64)
     # FA3 subtracts the row max of the scaled scores: a scale <= 0 (or one float32 rounds to 0) breaks it
+    with pytest.raises(ValueError, match="softmax_scale: expected a finite number"):
+        check_softmax_scale(10 ** 400, 64)  # an int beyond float: not an OverflowError
     for bad in (0.0, -0.125, 1e-50, 1e39):
         with pytest.raises(ValueError, match="softmax_scale: expected a number > 0"):
             check_softmax_scale(bad, 64)
@@ -225,7 +229,7 @@ def test_varlen_under_capture_takes_the_bounds_and_reads_nothing_back(monkeypatc
         check_attention_inputs(q, k, k, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, max_seqlen_q=9, max_seqlen_k=-1)
     with pytest.raises(ValueError, match="same batch, got 3 and 2"):
         check_attention_inputs(q, k, k, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k[:3], max_seqlen_q=9, max_seqlen_k=6)
-    with pytest.raises(ValueError, match="int32 tensor"):
+    with pytest.raises(TypeError, match="expected int32"):
         check_attention_inputs(q, k, k, cu_seqlens_q=cu_q.long(), cu_seqlens_k=cu_k, max_seqlen_q=9, max_seqlen_k=6)
 
 

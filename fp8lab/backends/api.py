@@ -161,8 +161,10 @@ def attention(
     pv_flush: FP8 inputs: add each key block's P V to O in fp32 (vLLM's two-level accumulation),
         not in the FP8 MMA's 13-bit accumulator across all blocks as upstream FA3 does, whose error
         grows with the context. Providers that cannot (fa3-fwd, flash-attn-3) are passed over;
-        vLLM's FA3 always flushes; fp8lab's kernels ("triton") do it when asked (a few % slower at
-        head dims 64 and 128, about half the speed at 256). Other dtypes accumulate in fp32 anyway.
+        vLLM's FA3 always flushes; fp8lab's kernels ("triton") do it when asked: the Gluon kernel
+        (batched calls on Hopper) 1-5 % slower at head dims 64 and 128, 11-17 % at 256; the Triton
+        kernel (varlen, other GPUs) up to 6 % at 64 and 128, about half the speed at 256 (v28).
+        Other dtypes accumulate in fp32 anyway.
 
     Returns out (bf16 for FP8 inputs, else q's dtype) in q's layout with head_dim_v,
     and with return_lse=True also lse, float32 (batch, heads_q, seqlen_q) batched or

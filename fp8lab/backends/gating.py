@@ -37,6 +37,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping
 
+from fp8lab import env as fp8lab_env
+
 __all__ = [
     "BACKENDS",
     "DTYPES",
@@ -268,6 +270,14 @@ def _head_dim_reasons(rule: str, req: Request) -> list[str]:
     return reasons
 
 
+def _interpreted(env: Mapping[str, str]) -> tuple[bool, str]:
+    """Whether the Triton kernels run interpreted, and a note where TRITON_INTERPRET now disagrees: for this
+    process (env is os.environ) as fp8lab.kernels were defined; for a simulated machine, as env asks."""
+    if env is os.environ:
+        return fp8lab_env.triton_interpret(), fp8lab_env.triton_interpret_note()
+    return env.get("TRITON_INTERPRET", "").strip().lower() in ("1", "true", "on"), ""
+
+
 def provider_reasons(
     spec: ProviderSpec, device: Device, req: Request, env: Mapping[str, str] | None = None
 ) -> tuple[list[str], bool]:
@@ -278,8 +288,9 @@ def provider_reasons(
     if device.capability is None:
         if not spec.cpu:
             reasons.append("needs a CUDA GPU; this is the CPU")
-        elif spec.backend == "triton" and env.get("TRITON_INTERPRET", "0") in ("", "0"):
-            reasons.append("on the CPU Triton runs only in its interpreter: set TRITON_INTERPRET=1 before importing triton")
+        elif spec.backend == "triton" and not _interpreted(env)[0]:
+            reasons.append("on the CPU Triton runs only in its interpreter: set TRITON_INTERPRET=1 before importing "
+                           "triton" + _interpreted(env)[1])
     else:
         cap = device.capability
         if not spec.cuda:
@@ -300,7 +311,7 @@ def provider_reasons(
             m = spec.fp8_min_capability
             reasons.append(f"FP8 tensor-core MMAs need compute capability >= {m[0]}.{m[1]} (Ada, Hopper, Blackwell), this is {cap[0]}.{cap[1]}")
         if (req.dtype == "fp8" and spec.head_dims == "triton" and req.head_dim <= 16
-                and env.get("TRITON_INTERPRET", "0") in ("", "0")):
+                and not _interpreted(env)[0]):
             # fp8lab.kernels.attention._check_config: the padded head_dim is the FP8 MMA's reduction (>= 32)
             reasons.append(f"the Triton kernel's FP8 MMAs on a GPU need head_dim >= 32 (padded to a power of two), "
                            f"got {req.head_dim}")

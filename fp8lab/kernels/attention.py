@@ -101,7 +101,7 @@ import torch
 import triton
 import triton.language as tl
 
-from fp8lab.env import triton_interpret
+from fp8lab.env import set_kernels_interpreted, triton_interpret, triton_interpret_note
 from fp8lab.kernels.fp8_rounding import round_to_bf16, round_to_e4m3
 from fp8lab.layout import (AttentionShape, check_attention_inputs, check_descale, check_flag, check_folded_scale,
                            check_max_offset, check_softmax_scale)
@@ -231,8 +231,10 @@ def _softmax_pv(acc, l_i, m_i, s, v, scale_log2, MAX_OFFSET: tl.constexpr, ROUND
     `s`'s columns are in `key_order`; V's rows in key order. `PV_FLUSH`: see `AttentionConfig`."""
     m_new = tl.maximum(m_i, tl.max(s, 1))
     m_use = tl.where(m_new == float("-inf"), 0.0, m_new)  # fully masked rows so far: avoid inf - inf
-    max_scaled = m_use * scale_log2 - MAX_OFFSET  # FP8 step 2: subtract (max - 8), P in [0, 2^8]
-    p = tl.math.exp2(s * scale_log2 - max_scaled[:, None])  # FP8 step 1: scale_log2 holds the descales
+    # one FFMA each, one rounding, as FA3's compiled code (and the emulation): a multiply and a subtract
+    # rounded apart can move P across an e4m3 rounding boundary (the interpreter does not fuse them)
+    max_scaled = tl.fma(m_use, scale_log2, -MAX_OFFSET)  # FP8 step 2: subtract (max - 8), P in [0, 2^8]
+    p = tl.math.exp2(tl.fma(s, scale_log2, -max_scaled[:, None]))  # FP8 step 1: scale_log2 holds the descales
     alpha = tl.math.exp2((m_i - m_use) * scale_log2)
     p = in_key_order(p, PERMUTE_KEYS)  # FP8 step 5: no data moves on the GPU
     l_i = l_i * alpha + tl.sum(p, 1)  # the row sum uses the float32 P, as FA3 does
@@ -442,6 +444,10 @@ def _fp8_attention_fwd(
     tl.store(o_ptrs, out.to(O.dtype.element_ty), mask=in_q[:, None] & (offs_d[None, :] < HEAD_DIM))
     l_ptrs = LSE + b64 * stride_lb + h.to(tl.int64) * stride_lh + (q_start + offs_m).to(tl.int64) * stride_ls
     tl.store(l_ptrs, lse, mask=in_q)
+
+
+# Triton chose interpreted or compiled kernels just now, from TRITON_INTERPRET: for this whole process
+set_kernels_interpreted(type(_fp8_attention_fwd).__name__ == "InterpretedFunction")
 
 
 # --------------------------------------------------------------------------------------
@@ -863,6 +869,14 @@ def _check_inputs(q, k, v, descales, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, m
 def _check_config(cfg: AttentionConfig, d_pad: int, device: torch.device) -> None:
     """Block sizes the kernel compiles with: powers of two; on a GPU, FP8 MMAs reduce over
     at least 32 values, so block_n (P V) and the padded head_dim (Q K^T) must be >= 32."""
+    for name in ("block_m", "block_n", "num_warps", "num_stages", "masked_stages"):
+        val = getattr(cfg, name)
+        if isinstance(val, bool) or not isinstance(val, int):
+            raise ValueError(f"config.{name}: expected an int, got {val!r}")
+    if cfg.masked_stages < 0 or (cfg.maxnreg is not None and (isinstance(cfg.maxnreg, bool)
+                                                               or not isinstance(cfg.maxnreg, int) or cfg.maxnreg < 1)):
+        raise ValueError(f"config: expected masked_stages >= 0 and maxnreg None or an int >= 1, got "
+                         f"masked_stages={cfg.masked_stages!r}, maxnreg={cfg.maxnreg!r}")
     for name in ("block_m", "block_n"):
         val = getattr(cfg, name)
         if val < 16 or val & (val - 1):
@@ -898,7 +912,8 @@ def _check_kernel_support(q: torch.Tensor, shape: AttentionShape) -> None:
     if shape.head_dim % 16 != 0 or not 16 <= shape.head_dim <= 256:
         raise ValueError(f"fp8_attention: head_dim must be a multiple of 16 in [16, 256], got {shape.head_dim}")
     if q.device.type != "cuda" and not (triton_interpret() and q.device.type == "cpu"):
-        raise ValueError(f"fp8_attention: expected CUDA tensors (or TRITON_INTERPRET=1 on the CPU), got {q.device}")
+        raise ValueError(f"fp8_attention: expected CUDA tensors (or TRITON_INTERPRET=1 on the CPU), got "
+                         f"{q.device}{triton_interpret_note()}")
 
 
 # --------------------------------------------------------------------------------------

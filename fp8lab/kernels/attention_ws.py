@@ -494,6 +494,7 @@ if HAVE_GLUON:
         """The online-softmax update of `fp8lab.kernels.attention._softmax_pv`, without the PV product."""
         m_new = gl.maximum(m_i, gl.max(s, 1))
         m_use = gl.where(m_new == float("-inf"), 0.0, m_new)
+        # each a multiply-add the compiler contracts to one FFMA (one rounding), as _softmax_pv's tl.fma
         max_scaled = m_use * scale_log2 - MAX_OFFSET
         p = gl.exp2(s * scale_log2 - gl.expand_dims(max_scaled, 1))
         alpha = gl.exp2((m_i - m_use) * scale_log2)

@@ -60,7 +60,7 @@ import torch
 import triton
 import triton.language as tl
 
-from fp8lab.env import triton_interpret
+from fp8lab.env import triton_interpret, triton_interpret_note
 from fp8lab.layout import check_cu_seqlens, check_flag
 from fp8lab.scaling import DelayedAmax, PerHead, PerTensor, ScaleStrategy
 from fp8lab.kernels._gluon import sm_count
@@ -136,6 +136,24 @@ def _tile(pid_t, b, CU, seqlen_batched, stride_b, stride_s, stride_h,
 
 
 @triton.jit
+def _tile_of(n_tiles, FLAT: tl.constexpr, REVERSED: tl.constexpr):
+    """This program's (token block, sequence). The grid is (token blocks, sequences), or with FLAT
+    (more than 65535 sequences, grid axis 1's limit) one axis of n_tiles * sequences programs, whose
+    division measured 2-5 % slower (v32) and so is kept for where it is needed. REVERSED: walk the
+    programs last to first."""
+    if FLAT:
+        pid = tl.program_id(0)
+        if REVERSED:
+            pid = tl.num_programs(0) - 1 - pid
+        pid_t, b = pid % n_tiles, pid // n_tiles
+    else:
+        pid_t, b = tl.program_id(0), tl.program_id(1)
+        if REVERSED:
+            pid_t, b = tl.num_programs(0) - 1 - pid_t, tl.num_programs(1) - 1 - b
+    return pid_t, b
+
+
+@triton.jit
 def _tile_max_abs(x):
     """max |x| over the last axis of a 3-D tile, as float32. The max skips NaN (maxnum) unless every
     value is NaN; then it is 0 here, so a run of NaN cannot make its slice's amax NaN (or, through
@@ -145,13 +163,12 @@ def _tile_max_abs(x):
 
 
 @triton.jit
-def _amax_kernel(X, AMAX, CU, group, seqlen, stride_b, stride_s, stride_h, stride_ab, stride_ah,
+def _amax_kernel(X, AMAX, CU, group, seqlen, n_tiles, stride_b, stride_s, stride_h, stride_ab, stride_ah,
                  BLOCK_T: tl.constexpr, H_PAD: tl.constexpr, H: tl.constexpr, D_PAD: tl.constexpr,
-                 D: tl.constexpr, VARLEN: tl.constexpr, PER_TENSOR: tl.constexpr):
+                 D: tl.constexpr, VARLEN: tl.constexpr, PER_TENSOR: tl.constexpr, FLAT: tl.constexpr):
     """Pass 1 (per head / per tensor): amax of a tile, atomically maxed into AMAX[b, h // group]."""
-    b = tl.program_id(1)
-    offs, mask = _tile(tl.program_id(0), b, CU, seqlen, stride_b, stride_s, stride_h,
-                       BLOCK_T, H_PAD, H, D_PAD, D, VARLEN)
+    pid_t, b = _tile_of(n_tiles, FLAT, False)
+    offs, mask = _tile(pid_t, b, CU, seqlen, stride_b, stride_s, stride_h, BLOCK_T, H_PAD, H, D_PAD, D, VARLEN)
     a = tl.max(_tile_max_abs(tl.load(X + offs, mask=mask, other=0.0)), 0)  # (H_PAD,)
     if PER_TENSOR:
         tl.atomic_max(AMAX, tl.max(a, 0))  # |x| >= 0, so a float atomic max is exact
@@ -161,10 +178,11 @@ def _amax_kernel(X, AMAX, CU, group, seqlen, stride_b, stride_s, stride_h, strid
 
 
 @triton.jit
-def _scale_cast_kernel(X, Y, DESCALE, AMAX, CU, group, seqlen, stride_b, stride_s, stride_h,
+def _scale_cast_kernel(X, Y, DESCALE, AMAX, CU, group, seqlen, n_tiles, stride_b, stride_s, stride_h,
                        stride_yb, stride_ys, stride_yh, stride_db, stride_dh,
                        BLOCK_T: tl.constexpr, H_PAD: tl.constexpr, H: tl.constexpr, D_PAD: tl.constexpr,
-                       D: tl.constexpr, VARLEN: tl.constexpr, STATIC: tl.constexpr, ROUND_IN_FP32: tl.constexpr):
+                       D: tl.constexpr, VARLEN: tl.constexpr, STATIC: tl.constexpr, ROUND_IN_FP32: tl.constexpr,
+                       FLAT: tl.constexpr):
     """Pass 2 (per head / per tensor), or the only pass (static): y = e4m3(x / descale).
 
     Dynamic: the descale is computed here from pass 1's AMAX (same strides as DESCALE):
@@ -172,9 +190,7 @@ def _scale_cast_kernel(X, Y, DESCALE, AMAX, CU, group, seqlen, stride_b, stride_
     Pass 2 walks the blocks backwards, so that it starts with those pass 1 read last, which
     may still be in L2 (programs start roughly in launch order).
     """
-    pid_t, b = tl.program_id(0), tl.program_id(1)
-    if not STATIC:
-        pid_t, b = tl.num_programs(0) - 1 - pid_t, tl.num_programs(1) - 1 - b
+    pid_t, b = _tile_of(n_tiles, FLAT, not STATIC)
     offs, mask = _tile(pid_t, b, CU, seqlen, stride_b, stride_s, stride_h, BLOCK_T, H_PAD, H, D_PAD, D, VARLEN)
     y_offs, _ = _tile(pid_t, b, CU, seqlen, stride_yb, stride_ys, stride_yh, BLOCK_T, H_PAD, H, D_PAD, D, VARLEN)
     x = tl.load(X + offs, mask=mask, other=0.0).to(tl.float32)
@@ -196,12 +212,12 @@ def _scale_cast_kernel(X, Y, DESCALE, AMAX, CU, group, seqlen, stride_b, stride_
 
 
 @triton.jit
-def _per_token_kernel(X, Y, DESCALE, CU, seqlen, stride_b, stride_s, stride_h,
+def _per_token_kernel(X, Y, DESCALE, CU, seqlen, n_tiles, stride_b, stride_s, stride_h,
                       stride_yb, stride_ys, stride_yh, stride_db, stride_ds, stride_dh,
                       BLOCK_T: tl.constexpr, H_PAD: tl.constexpr, H: tl.constexpr, D_PAD: tl.constexpr,
-                      D: tl.constexpr, VARLEN: tl.constexpr, ROUND_IN_FP32: tl.constexpr):
+                      D: tl.constexpr, VARLEN: tl.constexpr, ROUND_IN_FP32: tl.constexpr, FLAT: tl.constexpr):
     """One pass: each (token, head) row's amax, descale = amax / 448 (1 for a zero row), cast, store both."""
-    pid_t, b = tl.program_id(0), tl.program_id(1)
+    pid_t, b = _tile_of(n_tiles, FLAT, False)
     offs, mask = _tile(pid_t, b, CU, seqlen, stride_b, stride_s, stride_h, BLOCK_T, H_PAD, H, D_PAD, D, VARLEN)
     y_offs, _ = _tile(pid_t, b, CU, seqlen, stride_yb, stride_ys, stride_yh, BLOCK_T, H_PAD, H, D_PAD, D, VARLEN)
     d_offs, row_mask = _tile(pid_t, b, CU, seqlen, stride_db, stride_ds, stride_dh, BLOCK_T, H_PAD, H, 1, 1, VARLEN)
@@ -393,9 +409,12 @@ def _layout(x: torch.Tensor, cu_seqlens: torch.Tensor | None):
     if x.dtype not in (torch.bfloat16, torch.float16, torch.float32):
         raise TypeError(f"x: expected bfloat16, float16 or float32, got {str(x.dtype).replace('torch.', '')}")
     if x.device.type != "cuda" and not (triton_interpret() and x.device.type == "cpu"):
-        raise ValueError(f"x: expected a CUDA tensor (or TRITON_INTERPRET=1 on the CPU), got {x.device}")
+        raise ValueError(f"x: expected a CUDA tensor (or TRITON_INTERPRET=1 on the CPU), got {x.device}"
+                         f"{triton_interpret_note()}")
     if x.numel() and x.stride(-1) != 1:
         raise ValueError(f"x: the last dim (head_dim) must be contiguous, got stride {x.stride(-1)}")
+    if x.dim() in (3, 4) and (x.shape[-2] < 1 or x.shape[-1] < 1):  # no slice to scale; tokens may be 0
+        raise ValueError(f"x: expected at least one head and head_dim >= 1, got shape {tuple(x.shape)}")
     if cu_seqlens is None:
         if x.dim() != 4:
             raise ValueError(f"x: expected (batch, seqlen, heads, head_dim), or 3-D with cu_seqlens, got {tuple(x.shape)}")
@@ -452,10 +471,17 @@ def _block_t(heads: int, d: int, elements: int | None = None) -> int:
     return max(1, triton.next_power_of_2(max(1, (elements or TILE_ELEMENTS) // per_token)))
 
 
+GRID_Y_MAX = 65535  # CUDA's limit on grid axis 1 (and 2)
+
+
 def _launch_sizes(x, heads, d, seqlen, batch, elements=None):
+    """The kernels' block sizes (FLAT: see `_tile_of`), the token blocks per sequence and the grid."""
     h_pad, d_pad = triton.next_power_of_2(max(heads, 1)), triton.next_power_of_2(max(d, 1))
     bt = _block_t(heads, d, elements)
-    return dict(BLOCK_T=bt, H_PAD=h_pad, H=heads, D_PAD=d_pad, D=d), (triton.cdiv(max(seqlen, 1), bt), batch)
+    n_tiles = triton.cdiv(max(seqlen, 1), bt)
+    flat = batch > GRID_Y_MAX
+    grid = (n_tiles * batch,) if flat else (n_tiles, batch)
+    return dict(BLOCK_T=bt, H_PAD=h_pad, H=heads, D_PAD=d_pad, D=d, FLAT=flat), n_tiles, grid
 
 
 # The fused kernel (per head / per tensor): values per tile, warps, the bytes of x read ahead of
@@ -529,6 +555,11 @@ def quantize_fp8(
     batched x stored head-major, as (b, h, s, d) (`x = t.transpose(1, 2)`), is quantized as the
     contiguous slices it is (batch x kv heads sequences of one head: one pass reads contiguous
     blocks, v17), and x_fp8 is head-major too; any other x gives a contiguous x_fp8.
+
+    Unlike `fp8lab.scaling.quantize`, which refuses NaN and inf and rounds each descale up, a
+    kernel reads x once and decides nothing on the host: descale = amax / 448 rounded to nearest
+    (so amax / descale may pass 448 by an ulp; the clamp keeps the code at 448), 1 for a slice of
+    zeros, NaN stays NaN (left out of the amax), an inf makes its slice's descale inf.
     """
     if granularity not in ("tensor", "head", "token"):
         raise ValueError(f"granularity: expected 'tensor', 'head' or 'token', got {granularity!r}")
@@ -542,14 +573,14 @@ def quantize_fp8(
     y = torch.empty(x.shape, dtype=torch.float8_e4m3fn, device=x.device)
     y_strides = (0,) + y.stride()[:2] if cu_seqlens is not None else y.stride()[:3]
     cu = cu_seqlens if cu_seqlens is not None else x  # an unused placeholder when batched
-    sizes, grid = _launch_sizes(x, heads, d, seqlen, batch)
+    sizes, n_tiles, grid = _launch_sizes(x, heads, d, seqlen, batch)
     varlen = cu_seqlens is not None
     if granularity == "token":
-        sizes, grid = _launch_sizes(x, heads, d, seqlen, batch, TILE_ELEMENTS_PER_TOKEN)
+        sizes, n_tiles, grid = _launch_sizes(x, heads, d, seqlen, batch, TILE_ELEMENTS_PER_TOKEN)
         descale = torch.empty(x.shape[:-1], dtype=torch.float32, device=x.device)
         d_strides = (0,) + descale.stride() if varlen else descale.stride()
         if x.numel():
-            _per_token_kernel[grid](x, y, descale, cu, seqlen, *strides, *y_strides, *d_strides,
+            _per_token_kernel[grid](x, y, descale, cu, seqlen, n_tiles, *strides, *y_strides, *d_strides,
                                     **sizes, VARLEN=varlen, ROUND_IN_FP32=round_p)
         return y, descale
     per_tensor = granularity == "tensor"
@@ -569,14 +600,14 @@ def quantize_fp8(
     amax = torch.zeros((1, 1) if per_tensor else (batch, hk), dtype=torch.float32, device=x.device)
     group = heads // hk
     if x.numel():
-        _amax_kernel[grid](x, amax, cu, group, seqlen, *strides, *amax.stride(),
+        _amax_kernel[grid](x, amax, cu, group, seqlen, n_tiles, *strides, *amax.stride(),
                            **sizes, VARLEN=varlen, PER_TENSOR=per_tensor)
     # descale = amax / 448 (correctly rounded; 1 where amax is 0), written by the cast kernel
     descale = torch.ones_like(amax) if not x.numel() else torch.empty_like(amax)
     if per_tensor:
         descale, amax = descale.expand(batch, hk), amax.expand(batch, hk)
     if x.numel():
-        _scale_cast_kernel[grid](x, y, descale, amax, cu, group, seqlen, *strides, *y_strides, *descale.stride(),
+        _scale_cast_kernel[grid](x, y, descale, amax, cu, group, seqlen, n_tiles, *strides, *y_strides, *descale.stride(),
                                  **sizes, VARLEN=varlen, STATIC=False, ROUND_IN_FP32=round_p)
     return y, descale
 
@@ -604,6 +635,15 @@ def _quantize_head_major(x: torch.Tensor, granularity: Granularity, hk: int, rou
     return y, descale.view(b, hk)
 
 
+def _check_static_scale(scale: object) -> None:
+    """A float32 scale in the normal range: 1 / scale must not overflow (0 * inf would be a NaN code)."""
+    f32 = torch.finfo(torch.float32)
+    if (isinstance(scale, bool) or not isinstance(scale, numbers.Real) or not math.isfinite(scale)
+            or not f32.tiny <= scale <= f32.max):
+        raise ValueError(f"scale: expected a number > 0 in float32's normal range [{f32.tiny:.3g}, "
+                         f"{f32.max:.3g}], got {scale!r}")
+
+
 def quantize_fp8_static(
     x: torch.Tensor,
     scale: torch.Tensor | float,
@@ -628,24 +668,19 @@ def quantize_fp8_static(
                 f"{tuple(scale.shape)} on {scale.device}"
             )
         s = scale.reshape(1, 1)
-        if s.device.type == "cpu" and not bool(torch.isfinite(s).all() and (s > 0).all()):
-            raise ValueError(f"scale: expected a finite value > 0, got {s.item()}")
-        # a GPU tensor's value is not read back here: that would cost a device sync per call
+        if s.device.type == "cpu":  # a GPU tensor's value is not read back: that would cost a device sync per call
+            _check_static_scale(s.item())
     else:
-        f32 = torch.finfo(torch.float32)
-        if (isinstance(scale, bool) or not isinstance(scale, numbers.Real) or not math.isfinite(scale)
-                or not f32.tiny <= scale <= f32.max):  # a float32 descale, normal: 1 / scale must not overflow
-            raise ValueError(f"scale: expected a number > 0 in float32's normal range [{f32.tiny:.3g}, "
-                             f"{f32.max:.3g}], got {scale!r}")
+        _check_static_scale(scale)
         s = torch.full((1, 1), float(scale), dtype=torch.float32, device=x.device)
     descale = s.expand(batch, hk)
     round_p = _round_in_fp32(round_in_fp32)
     y = _empty_fp8(x, cu_seqlens)
     y_strides = (0,) + y.stride()[:2] if cu_seqlens is not None else y.stride()[:3]
     cu = cu_seqlens if cu_seqlens is not None else x  # an unused placeholder when batched
-    sizes, grid = _launch_sizes(x, heads, d, seqlen, batch)
+    sizes, n_tiles, grid = _launch_sizes(x, heads, d, seqlen, batch)
     if x.numel():
-        _scale_cast_kernel[grid](x, y, descale, descale, cu, heads // hk, seqlen, *strides, *y_strides, 0, 0,
+        _scale_cast_kernel[grid](x, y, descale, descale, cu, heads // hk, seqlen, n_tiles, *strides, *y_strides, 0, 0,
                                  **sizes, VARLEN=cu_seqlens is not None, STATIC=True, ROUND_IN_FP32=round_p)
     return y, descale
 
@@ -713,7 +748,8 @@ def quantize_fp8_delayed(
     amax = torch.zeros((batch, hk), dtype=torch.float32, device=x.device)
     if not x.numel():
         return y, amax
-    sizes, (ntiles, _) = _launch_sizes(x, heads, d, seqlen, batch, DELAYED_TILE_ELEMENTS)
+    sizes, ntiles, _ = _launch_sizes(x, heads, d, seqlen, batch, DELAYED_TILE_ELEMENTS)
+    del sizes["FLAT"]  # its programs walk a 1-D list of items already
     items = batch * ntiles
     programs = _delayed_programs(items, sm_count(x.device) if x.device.type == "cuda" else None) or items
     per_program = triton.cdiv(items, min(items, programs))

@@ -22,13 +22,18 @@ from fp8lab.kernels.attention import in_key_order
 __all__ = ["transpose_keys"]
 
 BLOCK_S, BLOCK_D = 64, 64
+GRID_Y_MAX = 65535  # CUDA's limit on grid axes 1 and 2
 
 
 @triton.jit
 def _transpose_keys_kernel(V, VT, seqlen, seqlen_out, heads, head_dim,
                            stride_vb, stride_vs, stride_vh,
-                           BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr, KEY_ORDERED: tl.constexpr):
-    pid_s, pid_bh, pid_d = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+                           BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr, KEY_ORDERED: tl.constexpr, FLAT: tl.constexpr):
+    if FLAT:  # more than 65535 (batch, head) pairs, grid axis 1's limit: (key block, pair) on axis 0
+        n_s = tl.cdiv(seqlen_out, BLOCK_S)
+        pid_s, pid_bh, pid_d = tl.program_id(0) % n_s, tl.program_id(0) // n_s, tl.program_id(2)
+    else:
+        pid_s, pid_bh, pid_d = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     b, h = pid_bh // heads, pid_bh % heads
     offs_s = pid_s * BLOCK_S + tl.arange(0, BLOCK_S)
     offs_d = pid_d * BLOCK_D + tl.arange(0, BLOCK_D)
@@ -56,8 +61,10 @@ def transpose_keys(v: torch.Tensor, seqlen_out: int, key_ordered: bool = False) 
         raise ValueError(f"seqlen_out: expected >= {s}{' and a multiple of 32' if key_ordered else ''}, got {seqlen_out}")
     out = torch.empty((b, h, d, seqlen_out), dtype=v.dtype, device=v.device)
     if out.numel():
-        grid = (triton.cdiv(seqlen_out, BLOCK_S), b * h, triton.cdiv(d, BLOCK_D))
+        n_s, flat = triton.cdiv(seqlen_out, BLOCK_S), b * h > GRID_Y_MAX
+        grid = (n_s * b * h, 1, triton.cdiv(d, BLOCK_D)) if flat else (n_s, b * h, triton.cdiv(d, BLOCK_D))
         _transpose_keys_kernel[grid](v.view(torch.uint8), out.view(torch.uint8), s, seqlen_out, h, d,
                                      v.stride(0), v.stride(1), v.stride(2),
-                                     BLOCK_S=BLOCK_S, BLOCK_D=BLOCK_D, KEY_ORDERED=bool(key_ordered), num_warps=4)
+                                     BLOCK_S=BLOCK_S, BLOCK_D=BLOCK_D, KEY_ORDERED=bool(key_ordered), FLAT=flat,
+                                     num_warps=4)
     return out
