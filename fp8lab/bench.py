@@ -35,7 +35,9 @@ __all__ = [
     "case_calls",
     "clocks_while_timed",
     "load_results",
+    "long_context_headline",
     "mbarrier_waits",
+    "quant_targets",
     "interleaved_times",
     "median_ms",
     "median_ms_graph",
@@ -437,6 +439,50 @@ def records_frame(directory: str | Path, section: str = "grid"):
     return pd.concat(frames, ignore_index=True)
 
 
+def long_context_headline(results_dir: str | Path) -> dict:
+    """The long-context figures the notebooks quote (05, 06, 07, 08), read from the H200's record.
+
+    "probe": `bench_v28_long_context.json` (`scripts/probe_pv_flush.py --accuracy`, on the inputs of
+    `scripts/probe_long_context.py`: 16 queries, 4 heads, d = 128, N(0, 1) q and k, V + 1, non-causal),
+    rel L2 against exact attention by number of keys, for "fa3-fwd" (upstream FA3), "ours" (the highest
+    of our kernels without `pv_flush`), "ours, pv_flush" (the highest of every flushing tile) and
+    "vllm-so" (vLLM's FA3 library). "fidelity": the long-context cases of `fidelity.json`
+    (`scripts/gpu_fidelity.py`: 128 queries, 4 heads, d = 128, V + 1), rel L2 of "fa3-fwd" and
+    "vllm-fa3" by number of keys. "fidelity_ratio_hopper": [lowest, highest] over every recorded case of
+    the emulation's distance to each production kernel in units of that kernel's own error, with the FP8
+    MMA accumulator model (`fp8lab.reference.experiments.fidelity_table(..., "hopper")`), None where the
+    record holds no accumulator study. Keys of the inner dicts are numbers of keys (int).
+    """
+    from fp8lab.reference import experiments
+
+    rdir = Path(results_dir)
+    rows = [r for r in load_results(rdir / "bench_v28_long_context.json")["rows"] if "rel_l2" in r]
+    ours = [r for r in rows if r["who"].startswith(("triton ", "gluon "))]
+    groups = {"fa3-fwd": [r for r in rows if r["who"] == "fa3-fwd"],
+              "ours": [r for r in ours if not r["who"].endswith("-pf")],
+              "ours, pv_flush": [r for r in ours if r["who"].endswith("-pf")],
+              "vllm-so": [r for r in rows if r["who"] == "vllm-so"]}
+    probe: dict[str, dict[int, float]] = {}
+    for who, group in groups.items():
+        if not group:
+            raise ValueError(f"{rdir / 'bench_v28_long_context.json'}: no rel_l2 rows for {who!r}")
+        for r in group:
+            n = int(r["seqlen_k"])
+            probe.setdefault(who, {})[n] = max(probe.get(who, {}).get(n, 0.0), float(r["rel_l2"]))
+    fid = experiments.load_fidelity(rdir / "fidelity.json")
+    fidelity: dict[str, dict[int, float]] = {}
+    for case in fid.get("long_context", []):
+        if case.get("dist") != "v_offset":
+            continue
+        for prov, r in case.get("providers", {}).items():
+            if "err_vs_exact" in r:
+                fidelity.setdefault(prov, {})[int(case["seqlen_k"])] = float(r["err_vs_exact"])
+    hopper = experiments.fidelity_table(experiments.accumulator_study(fid), "hopper")
+    return {"probe": {k: dict(sorted(v.items())) for k, v in probe.items()},
+            "fidelity": {k: dict(sorted(v.items())) for k, v in fidelity.items()},
+            "fidelity_ratio_hopper": [float(hopper["ratio"].min()), float(hopper["ratio"].max())] if len(hopper) else None}
+
+
 def ratio_table(rows: list[dict], ours: str, against: str, value: str = "tflops") -> list[dict]:
     """For each case present for both providers: {case, ours, against, ratio}.
 
@@ -554,3 +600,106 @@ def mbarrier_waits(sass: pd.DataFrame) -> pd.DataFrame:
     rows = pd.DataFrame({"offset": offset, "kind": kind, "executed": sass["executed"]}).dropna()
     table = rows.pivot_table(index="offset", columns="kind", values="executed", aggfunc="sum", fill_value=0)
     return table.reindex(columns=["try_waits", "arrive", "arrive_expect"], fill_value=0).astype(int)
+
+
+# The kinds of scaling `quant_targets` reports, in its row order: label, the record kernels that
+# time that kind at the target size, and the number of sequences (None: every split). Kernel names
+# are the records' own: quant_shapes (v18, v25), quant_sizes (v25, v26; one sequence) and v23's
+# two-pass probe ("tensor forward" before v23, "tensor backward" since). Only one query head per kv
+# head: the GQA4 rows are in the notebooks' split tables.
+_QUANT_TARGET_KINDS: tuple[tuple[str, frozenset[str], int | None], ...] = (
+    ("static (vLLM's Q)", frozenset({"static (vLLM Q)"}), None),
+    ("per token", frozenset({"per-token"}), None),
+    ("delayed, per head", frozenset({"per-head delayed", "per-head delayed, head-major x"}), None),
+    ("delayed, per tensor", frozenset({"per-tensor delayed"}), None),
+    ("current, per head, head-major x", frozenset({"per-head onchip, head-major x"}), None),
+    *((f"current, per head, token-major x, {b} sequence{'s' if b > 1 else ''}",
+       frozenset({"per-head onchip", "per-head current (auto)"}), b) for b in (1, 2, 4, 8, 16)),
+    ("current, per tensor", frozenset({"per-tensor two-pass", "per-tensor current (auto)", "tensor forward",
+                                       "tensor backward"}), None),
+)
+
+
+def _quant_target_rows(results_dir: str | Path) -> pd.DataFrame:
+    """Every timing the targets table reads, one frame: record, kernel, mib, batch, frac_copy_graph,
+    copy_tbps_graph (NaN where a record lacks it), same_bits (None where not checked)."""
+    import re
+
+    import pandas as pd
+
+    rdir = Path(results_dir)
+    frames = []
+    for name, label in (("bench_v18_quant_shapes.json", "v18 quant_shapes"),
+                        ("bench_v25_quant_shapes.json", "v25 quant_shapes"),
+                        ("bench_v23_reverse.json", "v23 reverse"),
+                        ("bench_v25_quant_sizes.json", "v25 quant_sizes"),
+                        ("bench_v26_quant_sizes.json", "v26 quant_sizes")):
+        df = pd.DataFrame(load_results(rdir / name)["rows"])
+        df = df[df["kernel"].notna()].copy()  # the sizes records also hold bit checks without a timing
+        if "size" in df:  # "4x4096x32x128 (128 MiB)": sequences x tokens x heads x head_dim
+            parsed = df["size"].map(lambda s: re.fullmatch(r"(\d+)x\d+x\d+x\d+ \((\d+) MiB\)", str(s)))
+            if parsed.isna().any():
+                raise ValueError(f"{rdir / name}: expected sizes like '1x16384x32x128 (128 MiB)', got "
+                                 f"{sorted(df.loc[parsed.isna(), 'size'].astype(str).unique())}")
+            df["batch"] = [int(m.group(1)) for m in parsed]
+            df["mib"] = [int(m.group(2)) for m in parsed]
+        else:  # the size sweeps time one sequence per size
+            df["batch"], df["mib"] = 1, df["mib"].astype(int)
+        for col in ("copy_tbps_graph", "same_bits"):
+            if col not in df:
+                df[col] = None
+        frames.append(df.assign(record=label)[["record", "kernel", "mib", "batch", "frac_copy_graph",
+                                               "copy_tbps_graph", "same_bits"]])
+    return pd.concat(frames, ignore_index=True)
+
+
+def _verdict(low: float, high: float, target: float) -> str | None:
+    if low != low or high != high:  # NaN: no timing to judge
+        return None
+    return "met" if low >= target else "not met" if high < target else "at the line"
+
+
+def quant_targets(results_dir: str | Path, target: float = 0.85, copy_tbps: float | None = None,
+                  mib: int = 128) -> pd.DataFrame:
+    """Where fused FP8 quantization stands against the issue's target, read from the H200's record.
+
+    One row per kind of scaling (static, per token, delayed per head and per tensor, current per head
+    on head-major x, current per head on token-major x by number of sequences, current per tensor),
+    over every timing of that kind at `mib` MiB of bf16 (128: 16k tokens x 32 heads x 128) in
+    `bench_v18_quant_shapes`, `bench_v25_quant_shapes`, `bench_v23_reverse`, `bench_v25_quant_sizes`
+    and `bench_v26_quant_sizes` (timings whose bits were checked and differed are left out):
+
+    - ``low``, ``high``: the lowest and highest fraction of a copy of the same bytes timed in the
+      same run (`frac_copy_graph`: the copy's time over the kernel's, counting the kernel's reads and
+      writes, 3 bytes per value);
+    - ``verdict``: "met" if every timing reaches `target`, "not met" if none does, else "at the line";
+    - ``low of <copy_tbps>``, ``high of <copy_tbps>``, ``verdict of <copy_tbps>``: the same against
+      a copy at `copy_tbps` TB/s (default: the facts file's 4.3, `H200_COPY_TBPS`), over the timings
+      whose record holds its copy's rate (NaN and None where none does);
+    - ``records``: which records the row reads; ``sequences``: the splits of the tokens timed;
+      ``timings``: how many.
+    """
+    import pandas as pd
+
+    if copy_tbps is None:
+        copy_tbps = H200_COPY_TBPS["measured copy (facts file)"]
+    rows = _quant_target_rows(results_dir)
+    rows = rows[(rows["mib"] == mib) & rows["same_bits"].ne(False)]
+    rows = rows.assign(frac_of=rows["frac_copy_graph"] * pd.to_numeric(rows["copy_tbps_graph"]) / copy_tbps)
+    of = f"of {copy_tbps:g} TB/s"
+    out = {}
+    for label, kernels, batch in _QUANT_TARGET_KINDS:
+        kind = rows[rows["kernel"].isin(kernels)]
+        kind = kind if batch is None else kind[kind["batch"] == batch]
+        if kind.empty:
+            raise ValueError(f"{results_dir}: no timing of {label!r} at {mib} MiB (kernels {sorted(kernels)})")
+        low, high = kind["frac_copy_graph"].min(), kind["frac_copy_graph"].max()
+        low_of, high_of = kind["frac_of"].min(), kind["frac_of"].max()
+        out[label] = {"low": low, "high": high, "verdict": _verdict(low, high, target),
+                      f"low {of}": low_of, f"high {of}": high_of, f"verdict {of}": _verdict(low_of, high_of, target),
+                      "records": ", ".join(dict.fromkeys(kind["record"])),
+                      "sequences": ", ".join(str(b) for b in sorted(kind["batch"].unique())),
+                      "timings": len(kind)}
+    table = pd.DataFrame.from_dict(out, orient="index")
+    table.index.name = "scaling"
+    return table

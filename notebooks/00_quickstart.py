@@ -34,6 +34,7 @@ seed: int = 0
 # Set-up (safe to skip).
 
 # %%
+import matplotlib.pyplot as plt
 import pandas as pd
 import seaborn as sns
 
@@ -65,7 +66,8 @@ pd.Series(env.context(), name="value").to_frame()
 report = doctor.report()
 providers = pd.DataFrame(report["providers"])[["backend", "name", "found", "detail"]]
 record("providers_found", providers[providers.found].name.tolist())
-providers
+with pd.option_context("display.max_colwidth", None):  # the whole reason, not its first 50 characters
+    display(providers)  # noqa: F821 - IPython
 
 # %% [markdown]
 # Which backend `fp8lab.attention(..., backend="auto")` would pick here, for
@@ -110,6 +112,7 @@ max_rel = record("k_max_rel_error_normals", rel.abs().max().item())
 ax = sns.histplot(rel.numpy(), bins=80, stat="percent")
 ax.set(xlabel="relative rounding error of one element (k_back - k) / k", ylabel="% of elements",
        title="FP8 e4m3 rounding error of K (per-tensor scale, normal range)")
+plt.show()
 
 # %% [markdown]
 # ## 3. FP8 attention
@@ -150,6 +153,7 @@ errors
 ax = sns.barplot(x=errors.index, y=errors["rel_l2"])
 ax.set(yscale="log", ylabel="relative L2 error vs float64 (log scale)", xlabel="",
        title=f"Attention error, {distribution} inputs, head_dim {head_dim}")
+plt.show()
 
 # %% [markdown]
 # ## Summary

@@ -37,6 +37,8 @@ seed: int = 0
 # Set-up (safe to skip).
 
 # %%
+import math
+
 import matplotlib.pyplot as plt
 import pandas as pd
 import seaborn as sns
@@ -323,16 +325,23 @@ for dist, x in tensors.items():
 pow2_table = pd.DataFrame(pow2_rows).pivot(index="distribution", columns="power_of_two", values="sqnr")
 pow2_table["cost (dB)"] = pow2_table[False] - pow2_table[True]
 record("pow2_cost_db", pow2_table["cost (dB)"].round(3).to_dict())
+cost = pow2_table["cost (dB)"]
+print(f"power-of-two descales cost {cost.min():+.2f} to {cost.max():+.2f} dB here (most: {cost.idxmax()}); "
+      f"one bit of precision is {20 * math.log10(2):.2f} dB")
 pow2_table
 
 # %% [markdown]
-# The cost is a tenth of a dB or less here (it can even come out negative: where the amax happens
-# to fall in its binade decides the last few hundredths). The relative precision of e4m3 does not
-# depend on where in the range a value sits, so losing part of the top binade costs only where
-# values are pushed into the subnormals: the smallest values of a head, or a whole small head.
-# This table is per head and whole-tensor; on `head_ranges` the worst head of a *per-tensor*
-# scale loses more (section 2's worst-head view), because there the lost binade pushes a small
-# head further down.
+# The printed range is well under a bit, and it can even come out negative: nothing systematic
+# is lost on most inputs. The relative precision of e4m3 does not depend on where in the range a
+# value sits, so losing part of the top binade costs only where values are pushed into the
+# subnormals: the smallest values of a head, or a whole small head. What moves the figure otherwise
+# is rounding luck. Another descale puts every value at another place in its binade, and its
+# rounding error changes with it (a current descale even stores each head's largest value as 448,
+# without error). Over many values that averages out; where a few values carry much of a head's
+# energy (the sink tokens of `sinks`, all the more with few tokens per head, as at the smoke
+# sizes), it does not, and the cost moves by tenths of a dB or more, either way. This table is per head
+# and whole-tensor; on `head_ranges` the worst head of a *per-tensor* scale loses more (section
+# 2's worst-head view), because there the lost binade pushes a small head further down.
 #
 # ## Summary
 #
@@ -345,8 +354,8 @@ pow2_table
 # * Delayed scaling is one step late by construction: it saturates on range jumps
 #   and holds stale large scales for `history_len` steps after a drop. What it buys is
 #   one pass over the data (`fp8lab.kernels.quantize_delayed`).
-# * Power-of-two descales cost a tenth of a dB or less per head; more where a shared scale already
-#   pushes small heads toward the subnormals.
+# * Power-of-two descales cost well under a bit of SQNR per head (section 5 prints how much);
+#   more where a shared scale already pushes small heads toward the subnormals.
 #
 # ## Exercises
 #

@@ -17,6 +17,7 @@
 smoke: bool = False  # small sizes for CI
 batch: int = 2  # sequences
 seqlen: int = 1024  # tokens per sequence (queries and keys)
+kernel_tokens: int = 128  # tokens section 2's kernel runs on (on a CPU it runs interpreted, and slowly)
 heads_q: int = 16  # query heads
 heads_kv: int = 4  # KV heads (GQA groups of heads_q // heads_kv)
 head_dim: int = 128  # channels per head
@@ -27,6 +28,7 @@ seed: int = 0
 # Set-up (safe to skip).
 
 # %%
+import math
 import os
 
 import matplotlib.pyplot as plt
@@ -63,7 +65,7 @@ from fp8lab.scaling.experiments import fallback_sweep, head_spread_sweep
 
 
 if smoke:
-    batch, seqlen, heads_q, heads_kv, head_dim, spreads_log2 = 2, 96, 8, 2, 64, (0, 8, 16, 24)
+    batch, seqlen, heads_q, heads_kv, head_dim, spreads_log2, kernel_tokens = 2, 96, 8, 2, 64, (0, 8, 16, 24), 32
 sns.set_theme(style="whitegrid")
 E4M3 = formats.get_format("e4m3fn")
 
@@ -116,13 +118,24 @@ for name, strat in (("per tensor", ScaleStrategy(PerTensor())), ("per KV head", 
 per_head = pd.DataFrame(per_head_rows)
 splots.plot_per_head_error(per_head)
 plt.show()
+head_amax = per_head.groupby("head")["head amax"].first()
+k_heads = record("k_heads_vs_e4m3", {
+    "binades between largest and smallest head": math.log2(head_amax.max() / head_amax.min()),
+    "e4m3 binades, smallest subnormal to 448": math.log2(E4M3.max / E4M3.min_subnormal),
+    "worst head SQNR per tensor (dB)": per_head[per_head.strategy == "per tensor"].sqnr.min(),
+    "SQNR spread per KV head (dB)": per_head[per_head.strategy == "per KV head"].sqnr.agg(lambda x: x.max() - x.min()),
+})
+print(f"the smallest head's amax lies {k_heads['binades between largest and smallest head']:.1f} binades below the "
+      f"largest's; e4m3 spans {k_heads['e4m3 binades, smallest subnormal to 448']:.1f} binades from its smallest "
+      f"subnormal to 448")
 per_head.pivot(index="head", columns="strategy", values=["sqnr", "head amax"])
 
 # %% [markdown]
 # The heads' ranges come in a fixed shuffled order (`data.head_factors`: a property of the
 # "model", not sorted). A bar at 0 dB is a head quantized to all zeros: under the one per-tensor
-# scale the smallest head, about 20 binades below the largest, falls below e4m3's smallest
-# subnormal entirely. Per KV head, every head keeps the same SQNR.
+# scale the smallest head lies more binades below the largest than e4m3 spans from 448 down to its
+# smallest subnormal (both printed above), and falls below that subnormal entirely. Per KV head,
+# every head keeps the same SQNR.
 
 # %% [markdown]
 # ## 2. What `expand` does to strides, and why FA3 accepts it
@@ -155,6 +168,7 @@ stride_table = pd.DataFrame([{
                                          "the values" if torch.equal(as_contiguous_reads(t), t) else "other values"),
 } for name, t in variants.items()]).set_index("descale")
 record("descale_strides", {k: list(v) for k, v in stride_table["strides"].items()})
+record("descale_storage_bytes", stride_table["bytes of storage"].to_dict())
 stride_table
 
 # %% [markdown]
@@ -162,11 +176,12 @@ stride_table
 # every `(b, h)` read the same address. A transposed view has strides `(1, batch)`:
 # still valid, just another address formula. A kernel that assumed contiguity
 # (`b * heads_kv + h`) would read wrong scales from every variant but the contiguous one, and
-# past the end of the expanded ones' 4 or 16 bytes; FA3 does not assume it, and neither does
-# fp8lab's kernel. Identical values must give identical attention, bit for bit, whatever the
-# strides. The exact reference indexes with torch, which cannot depend on strides, so the test
-# that matters is a kernel's: fp8lab's own FP8 kernel (`backend="triton"`; on a CPU the Triton
-# interpreter, on the first 128 tokens), with each descale built on the device in its layout:
+# past the end of the expanded ones' storage (one float32, or one per KV head: the `bytes of
+# storage` column); FA3 does not assume it, and neither does fp8lab's kernel. Identical values
+# must give identical attention, bit for bit, whatever the strides. The exact reference indexes
+# with torch, which cannot depend on strides, so the test that matters is a kernel's: fp8lab's own
+# FP8 kernel (`backend="triton"`; on a CPU the Triton interpreter), on the first `kernel_tokens`
+# tokens, with each descale built on the device in its layout:
 
 # %%
 q, k, v = data.make_qkv("normal", batch=batch, seqlen_q=seqlen, heads_q=heads_q, heads_kv=heads_kv,
@@ -175,7 +190,7 @@ q8, qd = quantize_for_fa3(q, ScaleStrategy(PerHead(heads_kv)), heads_kv)
 k8, kd = quantize_for_fa3(k, ScaleStrategy(PerHead()), heads_kv)
 v8, vd = quantize_for_fa3(v, ScaleStrategy(PerTensor()), heads_kv)
 dev = "cuda" if torch.cuda.is_available() else "cpu"
-n = min(seqlen, 128)
+n = min(seqlen, kernel_tokens)
 qkv = [t[:, :n].to(dev) for t in (q8, k8, v8)]
 outs = {}
 for layout in ("contiguous", "transposed"):
@@ -195,6 +210,7 @@ shared = {layout: fp8lab.attention(*qkv, causal=True, backend="triton",
 same_expand = torch.equal(shared["expand"], shared["contiguous"])
 record("layouts_bitwise_equal", same and same_expand)
 assert same and same_expand
+print(f"on {n} tokens x {heads_q} query heads x {batch} sequences:")
 print("contiguous against transposed per-head Q/K descales (V: a stride-0 scalar against a materialized one):",
       same)
 print("per-head descales expand()ed over the batch (strides (0, 1)) against the same values materialized:",
@@ -233,14 +249,19 @@ for name, strat in (("per query head (not FA3)", ScaleStrategy(PerHead())), ("pe
                      "SQNR (dB)": metrics.sqnr(back, qr.double())})
 gqa = pd.DataFrame(gqa_rows).set_index("Q scales")
 record("gqa_q_worst_head_sqnr_db", gqa["worst head SQNR (dB)"].to_dict())
+record("gqa_q_sqnr_db", gqa["SQNR (dB)"].to_dict())
+share = gqa.iloc[0] - gqa.iloc[1]
+print(f"sharing Q's descale costs the worst head {share['worst head SQNR (dB)']:+.2f} dB and the whole Q "
+      f"{share['SQNR (dB)']:+.2f} dB; one bit of precision is {20 * math.log10(2):.2f} dB")
 gqa
 
 # %% [markdown]
-# Here the heads of a group are within a few binades of each other and sharing costs essentially
-# nothing (hundredths of a dB). A float format's SQNR does not depend on the scale until values
-# reach the subnormals, so sharing costs only when the heads of one group lie far enough apart
-# (about 15 binades, e4m3's normal range) for the group's max scale to push its smallest head
-# below the normal range.
+# Here the heads of a group lie within a few binades of each other, and sharing costs a small
+# fraction of a bit (printed above). A float format's SQNR does not depend on the scale until values
+# reach the subnormals, so what it costs here is only which values happen to round which way (and a
+# head's largest value no longer stored as 448 exactly); that luck averages out over more tokens.
+# Sharing costs in earnest only when the heads of one group lie far enough apart (about 15 binades,
+# e4m3's normal range) for the group's max scale to push its smallest head below the normal range.
 #
 # ## 4. Per-token scales, squeezed into `(batch, heads_kv)`
 #

@@ -62,10 +62,10 @@ matrix
 
 # %% [markdown]
 # Only three things run FP8 attention: FA3 (four ways to get it, all Hopper
-# only), our own kernels (the Triton kernel from compute capability 8.9, where FP8
-# tensor cores start: Ada, Hopper, Blackwell; on Hopper first the Gluon kernel,
-# batched calls only), and the reference (slow, anywhere). FA2 and SDPA take
-# 16-bit inputs.
+# only), our own kernels (the Triton kernel is written for the FP8 tensor cores from
+# compute capability 8.9, sm_89, on: Ada, Hopper, Blackwell; measured only on Hopper.
+# On Hopper the Gluon kernel comes first, batched calls only), and the reference (slow,
+# anywhere). FA2 and SDPA take 16-bit inputs.
 #
 # The last column says how each sums P·V (the probabilities times V, the second of attention's two
 # matrix products) over the key blocks for FP8 inputs (`gating.FP8_PV_ACCUMULATION`). The tensor
@@ -102,9 +102,10 @@ here
 # ## 3. Other machines, simulated
 #
 # `gating.decide(device, available, request)` needs no GPU: give it a compute
-# capability and a set of installed providers. Below, every machine has
-# everything installed (`pip install fp8lab[vllm]` plus our kernel), so only the
-# GPU differs.
+# capability and a set of installed providers. Below, every machine has every
+# provider of `gating.PROVIDERS` installed (printed first: every FA3 and FA2 build,
+# vLLM's and upstream's, the SDPA providers, our two kernels and the reference), so only
+# the GPU differs.
 
 # %%
 MACHINES = {
@@ -112,6 +113,7 @@ MACHINES = {
     "B200 (10.0)": Device((10, 0)), "CPU": Device(None),
 }
 everything = set(PROVIDERS)
+print("installed on every simulated machine:", ", ".join(PROVIDERS))
 rows = []
 for machine, dev in MACHINES.items():
     for dtype in ("bf16", "fp8"):

@@ -12,10 +12,13 @@
 # 3. where the scales come from (checkpoint, the 1.0 default, dynamic amax/200) and what each costs;
 # 4. how much of the decode error is storage (K/V in FP8) and how much is FP8 *math* (Q and P in FP8 too);
 # 5. why `k_scale.expand(...)` (stride 0) gives exactly the same answer as a materialized descale;
-# 6. what a decode step needs to be replayed from a CUDA graph, as vLLM replays it.
+# 6. what a decode step needs to be replayed from a CUDA graph, as vLLM replays it;
+# 7. why FA3 splits a decode step's keys when there are few sequences, how many pieces it cuts them
+#    into, and what that changes: the bits, not the accuracy.
 #
 # Everything here runs on a CPU through `fp8lab.kvcache` and the FA3 emulation in `fp8lab.reference`;
-# section 7 captures a decode step on a GPU where there is one, and shows the H200's record where not.
+# section 7 captures a decode step on a GPU where there is one, and shows the H200's record where not;
+# section 8 checks the split-KV emulation against the H200's record of vLLM's library.
 
 # %% tags=["parameters"]
 smoke: bool = False  # small sizes for CI
@@ -25,6 +28,7 @@ heads_kv: int = 8  # KV heads (GQA group of 4)
 head_dim: int = 128
 block_size: int = 16  # tokens per cache page, vLLM's default
 context_lens: tuple = (500, 1500, 4000)  # tokens already in the cache, one decode query each
+long_context: int = 8000  # tokens of the long single sequence of section 8
 gpu_memory_gib: float = 80.0  # memory left for the cache, for the capacity example
 seed: int = 0
 
@@ -32,6 +36,7 @@ seed: int = 0
 # Set-up (safe to skip).
 
 # %%
+import matplotlib.pyplot as plt
 import pandas as pd
 import seaborn as sns
 import torch
@@ -40,7 +45,7 @@ from fp8lab import kvcache, metrics
 from fp8lab.notebooks import exercise_note, record, unanswered
 
 if smoke:
-    heads_q, heads_kv, head_dim, context_lens = 8, 2, 64, (37, 70)
+    heads_q, heads_kv, head_dim, context_lens, long_context = 8, 2, 64, (37, 70), 1000
 g = torch.Generator().manual_seed(seed)
 sns.set_theme(style="whitegrid")
 
@@ -75,6 +80,7 @@ block_table, slot_mapping, num_blocks = kvcache.random_pages(lens, block_size, t
 
 ax = sns.heatmap(block_table.numpy(), cmap="viridis", cbar_kws={"label": "page index (-1 = unused)"})
 ax.set(xlabel="position in block table (page # of the sequence)", ylabel="sequence", title="Block table: pages per sequence")
+plt.show()
 
 # %% [markdown]
 # The data: real K activations have a few large channels, V is tamer, and Q's values are
@@ -164,14 +170,40 @@ ax.set(xscale="log", xlabel="relative L2 error of the decode output (log scale)"
 decode
 
 # %% [markdown]
-# Read it pair by pair: `fa3_fp8` adds 1-11 % to each row's `dequantized` error, so storage is most
-# of the decode error and Q's and P's casts add the rest. The decode error is several times the
-# storage error of section 3 because these random Q and K give sharp softmaxes, in which a few keys
-# carry each query's weight, and a small change to K moves weight between them. The differences
-# between the rows are within what another seed changes (their order moves from seed to seed).
-# The k/v-only checkpoint costs nothing here either way: Q's values sit inside e4m3's normal range
-# unscaled, and `k_scale` (set by K's outlier channels) keeps them inside it too. Where Q lies far
-# from that range, vLLM's 1.0 does cost; notebook 03, section 5 sweeps Q's range to show where.
+# The same table pair by pair, with what FA3's FP8 math adds to each row's storage error, and the
+# error of each row's Q cast by itself (Q rounded with that row's `q_scale`, against Q):
+
+# %%
+pairs = decode.pivot_table(index="scales", columns="math", values="rel L2 vs exact", sort=False)[["dequantized", "fa3_fp8"]]
+pairs["fa3_fp8 adds"] = pairs["fa3_fp8"] / pairs["dequantized"] - 1
+pairs["Q cast rel L2"] = [metrics.rel_l2(kvcache.scaled_fp8_quant(q, qs).double() * qs, q)
+                          for qs in (scale_choices[label][0] for label in pairs.index)]
+worst_storage = storage["rel L2 of storage"].max()
+added = pairs["fa3_fp8 adds"]
+print(f"fa3_fp8 adds {added.min():+.0%} to {added.max():+.0%} to the dequantized error; the dequantized "
+      f"decode errors are {pairs['dequantized'].min() / worst_storage:.1f}x to "
+      f"{pairs['dequantized'].max() / worst_storage:.1f}x the largest storage error of section 3; "
+      f"the Q casts' own errors span {pairs['Q cast rel L2'].min():.4f}-{pairs['Q cast rel L2'].max():.4f}")
+record("decode_fa3_fp8_adds", added.to_dict())
+record("decode_q_cast_rel_l2", pairs["Q cast rel L2"].to_dict())
+pairs
+
+# %% [markdown]
+# Read it pair by pair: the first printed range is what `fa3_fp8` (Q's and P's casts) adds to each
+# row's `dequantized` error (storage alone). At this notebook's full sizes it is a small share, so
+# storage is most of the decode error; at the smoke sizes' two short sequences, whose few keys carry
+# all the weight, it is larger and moves more with the draw (it can even come out negative, where
+# roundings happen to cancel). The decode error is several times the storage error of section 3
+# (the second range) because these random Q and K give sharp softmaxes, in which a few keys carry
+# each query's weight, and a small change to K moves weight between them. The differences between
+# the rows are within what another seed changes (their order moves from seed to seed).
+#
+# The k/v-only checkpoint is no exception, either way: its Q casts lose what every other row's does
+# (the last range, `Q cast rel L2`), because Q's values sit inside e4m3's normal range unscaled, and
+# `k_scale` (set by K's outlier channels) keeps them inside it too. Where its decode errors differ
+# from the full checkpoint's, it is by which values happened to round which way, as between any two
+# rows. Where Q lies far from that range, vLLM's 1.0 does cost; notebook 03, section 5 sweeps Q's
+# range to show where.
 
 # %% [markdown]
 # ## 5. Stride 0 is not a special case
@@ -293,6 +325,140 @@ recorded[["backend", "varlen", "result", "replay_equals_eager", "eager_lengths"]
 # `why not, eager` column), which is also why the H200's record has no varlen row for it.
 
 # %% [markdown]
+# ## 8. Split-KV decode: few sequences, keys cut into pieces
+#
+# FA3 runs one tile of work per (sequence, KV head), each on one SM. A decode step has one query
+# token per sequence, so a batch of a few sequences gives a few tiles, and most of an H200's 132 SMs
+# would sit idle. FA3 then *splits* each sequence's keys: the splits run as tiles of their own, each
+# over a run of key blocks, and a second kernel combines their partial outputs.
+# `fp8lab.reference.fa3_decode_splits` gives the count each sequence gets in vLLM's eager call:
+# FA3's heuristic (`num_splits_heuristic`, which counts a varlen batch as one sequence) sets a cap,
+# and its scheduler gives each sequence `ceil(its key blocks / blocks_per_sm)` splits, with
+# `blocks_per_sm = ceil(1.1 × heads_kv × all key blocks / SMs)`. The key block is vLLM's for decode
+# at this head dim (`fa3_block_n(..., decode=True)`). This notebook's batch, one long sequence, and
+# batches of it:
+
+# %%
+from fp8lab.reference import fa3_block_n, fa3_decode_splits
+
+NUM_SMS = 132  # an H100 or H200 SXM
+decode_block = fa3_block_n(head_dim, flavor="vllm", decode=True)
+
+
+def runs(xs: list[int]) -> str:
+    """A list as text, `x × n` where it repeats one value."""
+    return f"{xs[0]} × {len(xs)}" if len(xs) > 1 and len(set(xs)) == 1 else ", ".join(map(str, xs))
+
+
+split_cases = {"this notebook's batch": lens, "one long sequence": [long_context],
+               "4 long sequences": [long_context] * 4, "16 long sequences": [long_context] * 16}
+rows = []
+for label, case_lens in split_cases.items():
+    splits = fa3_decode_splits(case_lens, heads_kv, decode_block, num_sms=NUM_SMS)
+    rows.append({"case": label, "keys per sequence": runs(case_lens),
+                 "key blocks": runs([-(-n // decode_block) for n in case_lens]),
+                 "tiles without splits": len(case_lens) * heads_kv, "splits per sequence": runs(splits),
+                 "tiles with splits": heads_kv * sum(splits)})
+    record(f"decode_splits | {label}", splits)
+print(f"{heads_kv} KV heads, head dim {head_dim}: {decode_block} keys per block, {NUM_SMS} SMs")
+pd.DataFrame(rows).set_index("case")
+
+# %% [markdown]
+# Alone, the long sequence gets the most splits; the more sequences share the step, the fewer each
+# gets, and none once their tiles alone keep the SMs busy.
+#
+# Each split runs its key blocks from scratch, with its own running max and sum (so its own scale for
+# P's e4m3 cast), and writes an fp32 partial output `out_i` with its log-sum-exp `lse_i`. FA3's
+# combine kernel then merges them: `lse = log Σ exp(lse_i - max) + max`, `out = Σ exp(lse_i - lse) ·
+# out_i`. `attention_fa3_fp8(..., num_splits=...)` emulates that, and `paged_decode` splits as FA3
+# would unless told `num_splits=1`. Does splitting cost accuracy? Both against exact attention, on
+# section 4's batch (checkpoint scales) and on a long sequence drawn the same way:
+
+# %%
+g_long = torch.Generator().manual_seed(seed + 2)  # its own generator: the rest of the notebook draws as before
+long_table, long_slots, long_blocks = kvcache.random_pages([long_context], block_size, g_long)
+k_long = torch.randn(long_context, heads_kv, head_dim, generator=g_long, dtype=torch.float64)
+k_long[..., :4] *= 12  # outlier channels in K, as in section 2
+v_long = torch.randn(long_context, heads_kv, head_dim, generator=g_long, dtype=torch.float64) * 0.5
+q_long = torch.randn(1, heads_q, head_dim, generator=g_long, dtype=torch.float64) * 3
+long_cache = kvcache.PagedKVCache.allocate(long_blocks, block_size, heads_kv, head_dim,
+                                           k_scale=k_long.abs().max().item() / 448, v_scale=v_long.abs().max().item() / 448)
+long_cache.write(k_long, v_long, long_slots)
+exact_long = attention_exact(q_long, k_long, v_long, causal=True, cu_seqlens_q=torch.tensor([0, 1], dtype=torch.int32),
+                             cu_seqlens_k=torch.tensor([0, long_context], dtype=torch.int32))
+split_inputs = {  # q, cache, block table, lengths, q_scale, exact attention
+    "this notebook's batch": (q, caches["checkpoint (amax/448)"][1], block_table, lens, ck[0], exact),
+    "one long sequence": (q_long, long_cache, long_table, [long_context], q_long.abs().max().item() / 448, exact_long),
+}
+rows = []
+for label, (q_, cache_, table_, lens_, qs_, exact_) in split_inputs.items():
+    with_splits = kvcache.paged_decode(q_, cache_, table_, lens_, q_scale=qs_)  # FA3's splits: the default
+    no_split = kvcache.paged_decode(q_, cache_, table_, lens_, q_scale=qs_, num_splits=1)
+    rows.append({"case": label, "splits per sequence": runs(fa3_decode_splits(lens_, heads_kv, decode_block)),
+                 "rel L2, FA3's splits": metrics.rel_l2(with_splits.double(), exact_),
+                 "rel L2, no split": metrics.rel_l2(no_split.double(), exact_),
+                 "bf16 outputs equal": (with_splits == no_split).double().mean().item()})
+split_effect = pd.DataFrame(rows).set_index("case")
+record("decode_split_effect", split_effect.drop(columns="splits per sequence").to_dict(orient="index"))
+split_effect
+
+# %% [markdown]
+# Where a sequence is split, a share of its bf16 outputs changes (the last column): each split casts
+# its P against its own running max, and the combine rounds once more in fp32. Where none is, the
+# outputs are the same bits. Either way the error against exact attention stays where it was: the
+# splits move outputs by a rounding, up or down, and the error does not grow with them. So an
+# emulation that measures accuracy need not split, but one that is to give vLLM's bits must split as
+# FA3 does. The H200's record says how closely it then does
+# (`results/h200/decode_fidelity_validate.json`, `scripts/gpu_decode_fidelity.py`): paged FP8 decode
+# through vLLM's FA3 library, against the emulation split as `fa3_decode_splits` predicts and not
+# split, as the fraction of each sequence's bf16 outputs equal bit for bit, in vLLM's eager call
+# (`num_splits=0`):
+
+# %%
+from fp8lab.reference.experiments import decode_split_record
+
+validation = decode_split_record(env.results_dir())
+eager = validation[validation.num_splits == 0]
+points = eager.melt(id_vars=["case", "head_dim", "predicted_splits"], value_vars=["equal_at_predicted", "equal_without_split"],
+                    var_name="emulation", value_name="equal")
+points["emulation"] = points["emulation"].map({"equal_at_predicted": "split as predicted", "equal_without_split": "not split"})
+fig, ax = plt.subplots(figsize=(9, 4))
+sns.scatterplot(points, x="predicted_splits", y="equal", hue="emulation", style="emulation", s=60, ax=ax)
+ax.set(xlabel="splits FA3 gives the sequence (fa3_decode_splits)", ylabel="fraction of bf16 outputs bit-equal\nto vLLM's library",
+       ylim=(0, 1), title="H200, paged FP8 decode, one point per sequence: vLLM's bits need FA3's splits")
+plt.show()
+split_seqs = eager[eager.predicted_splits > 1]
+record("decode_split_h200", {"predicted_splits": eager.predicted_splits.tolist(),
+                             "equal_at_predicted": eager.equal_at_predicted.tolist(),
+                             "equal_without_split": eager.equal_without_split.tolist()})
+forced = validation[validation.num_splits > 0]
+print(f"split sequences: {split_seqs.equal_at_predicted.min():.0%}-{split_seqs.equal_at_predicted.max():.0%} of the "
+      f"bf16 outputs equal split as predicted, {split_seqs.equal_without_split.min():.0%}-"
+      f"{split_seqs.equal_without_split.max():.0%} without splitting; with num_splits "
+      f"{' or '.join(map(str, sorted(set(forced.num_splits))))} passed (a cap on the count; vLLM passes one under "
+      f"CUDA graphs), at least {forced.equal_at_predicted.min():.0%} split as predicted")
+by_case = eager.groupby(["case", "head_dim"], sort=False)
+summary = by_case.agg(sequences=("sequence", "size"), splits=("predicted_splits", lambda x: runs(list(x))))
+means = split_seqs.groupby(["case", "head_dim"], sort=False)[["equal_at_predicted", "equal_without_split"]].mean()
+summary.join(means.add_suffix(" (split sequences, mean)"))
+
+# %% [markdown]
+# Where FA3 splits, the emulation gives the library's bits on most outputs only when it splits the
+# same way (the table: means over the sequences FA3 splits); where FA3 does not split (1 on the x axis),
+# the two emulations are one and the same. The rest of the outputs differ from the library's by
+# roundings inside its kernel that the emulation does not reproduce.
+
+# %% [markdown]
+# The long-context figures of the summary, from the H200's record (`bench.long_context_headline`;
+# notebook 05 (e) and notebook 08 (n), (o)): rel L2 against exact attention on V + 1 inputs, d = 128,
+# by number of keys, for upstream FA3 (fa3-fwd), the worse of our kernels, our worst tile with
+# `pv_flush=True`, and vLLM's FA3 library (`vllm-so`):
+
+# %%
+headline = bench.long_context_headline(env.results_dir())
+pd.DataFrame(headline["probe"]).T
+
+# %% [markdown]
 # ## Summary
 # * An FP8 cache holds twice the tokens of a bf16 one.
 # * Scales decide the storage error only where they push values out of e4m3's normal range: a
@@ -301,15 +467,19 @@ recorded[["backend", "varlen", "result", "replay_equals_eager", "eager_lengths"]
 #   error here (a rel. L2 of about 0.026, 2^-5.3: e4m3 rounds by at most 1/17 of a value, about
 #   half that in RMS terms). Storing a value as ±448 is not clipping it: with amax/448, each tensor's largest
 #   value lands there exactly (`clipped %` counts the values beyond 448 before the cast).
-# * FA3's FP8 path adds Q's and P's quantization on top of the storage error: a few per cent of it
-#   here, where every Q scale keeps Q in range (vLLM's 1.0 for k/v-only checkpoints included). Over long contexts it
-#   adds one more: Hopper's FP8 MMA keeps about 13 bits of O's running sum, so upstream FA3
-#   (fa3-fwd) reaches a rel. L2 of 0.44 at 64k keys on V + 1 inputs, where vLLM's FA3, which adds
-#   each key block to O in fp32, stays at 0.0024; `fp8lab.attention(..., pv_flush=True)` does the
-#   same with our kernels (notebook 05 (e), notebook 08 (o)).
+# * FA3's FP8 path adds Q's and P's quantization on top of the storage error (section 4 prints how
+#   much: a small share at the full sizes), where every Q scale keeps Q in range (vLLM's 1.0 for
+#   k/v-only checkpoints included). Over long contexts it adds one more: Hopper's FP8 MMA keeps about
+#   13 bits of O's running sum, so upstream FA3's error (fa3-fwd) grows with the keys, where vLLM's
+#   FA3, which adds each key block to O in fp32, stays flat (the table above the summary);
+#   `fp8lab.attention(..., pv_flush=True)` does the same with our kernels.
 # * Stride-0 descales are exactly as good as materialized ones.
 # * A decode step replayed from a CUDA graph reads nothing back: its kernels are sized by
 #   `max_seqlen_q/k` at capture, and read the lengths from `cu_seqlens` on the device at each replay.
+# * With few sequences a decode step has too few (sequence, KV head) tiles for the SMs, so FA3 splits
+#   each sequence's keys and combines the partial outputs by their log-sum-exps: a long sequence alone
+#   gets many splits, a batch that fills the SMs none. Splitting moves bits, not accuracy, and an
+#   emulation gives vLLM's bits only if it splits the same way (section 8, the H200's record).
 #
 # ## Exercises
 # 1. A checkpoint's scales were calibrated on V, but the V it meets in serving is 100 times larger.
@@ -319,18 +489,24 @@ recorded[["backend", "varlen", "result", "replay_equals_eager", "eager_lengths"]
 #    compare the tables.)
 # 3. Pass `q_scale=qs / 8` to `kvcache.paged_decode` for the checkpoint scales: by what factor does
 #    `fa3_fp8`'s error grow? Set `answer_3`. What fraction of Q's values saturate at 448?
+# 4. A decode batch holds sequences of 2000 tokens each, with 8 KV heads at head dim 128 (vLLM's
+#    decode key block there: `fa3_block_n(128, flavor="vllm", decode=True)`), on an H200's 132 SMs.
+#    From how many sequences on does FA3 split none of them? Use section 8's formula; set `answer_4`.
 
 # %%
 answer_1 = None  # a set of scale_choices labels
 answer_3 = None  # a factor
+answer_4 = None  # a number of sequences
 
 # %% tags=["solution", "hide-input"]
 # Solution (collapsed; it fills in only an answer left at None): static scales do not follow the
 # data, so every choice computed from the old V saturates; 1.0 still fits wherever 100·V stays
 # below 448. A Q descale 8 times too small clips every Q value above 448 · qs / 8, and with them the
 # largest scores, which the softmax weighs most. (Exercise 2: no error changes; pages change where
-# tokens live, never their values, and the pages draw from their own generator.)
-_by_solution = unanswered(globals(), 1, 3)  # before filling them in
+# tokens live, never their values, and the pages draw from their own generator.) A sequence stays
+# whole once blocks_per_sm = ceil(1.1 * heads_kv * all key blocks / SMs) reaches its own key blocks:
+# with B sequences of n blocks each, once 1.1 * 8 * n * B / 132 > n - 1.
+_by_solution = unanswered(globals(), 1, 3, 4)  # before filling them in
 if answer_1 is None:
     answer_1 = {label for label, (_, _, vs) in scale_choices.items() if (v * 100 / vs).abs().max() > 448}
 qs_ck, cache_ck = caches["checkpoint (amax/448)"]
@@ -338,6 +514,9 @@ if answer_3 is None:
     small = kvcache.paged_decode(q, cache_ck, block_table, lens, q_scale=qs_ck / 8)
     answer_3 = metrics.rel_l2(small.double(), exact) / decode.set_index(["scales", "math"]).loc[
         ("checkpoint (amax/448)", "fa3_fp8"), "rel L2 vs exact"]
+if answer_4 is None:
+    blocks_each = -(-2000 // fa3_block_n(128, flavor="vllm", decode=True))  # key blocks per sequence
+    answer_4 = next(b for b in range(1, 1000) if -(-(1.1 * 8 * blocks_each * b) // 132) >= blocks_each)
 
 # %%
 saturating = {label for label, (_, _, vs) in scale_choices.items() if bool((v * 100 / vs).abs().max() > 448)}
@@ -345,7 +524,14 @@ assert set(answer_1) == saturating, f"exercise 1: expected {sorted(saturating)}"
 base = metrics.rel_l2(kvcache.paged_decode(q, cache_ck, block_table, lens, q_scale=qs_ck).double(), exact)
 grown = metrics.rel_l2(kvcache.paged_decode(q, cache_ck, block_table, lens, q_scale=qs_ck / 8).double(), exact)
 assert abs(answer_3 - grown / base) < 1e-6 * grown / base, f"exercise 3: expected {grown / base:.2f}"
+block_128 = fa3_block_n(128, flavor="vllm", decode=True)
+splits_by_batch = {b: fa3_decode_splits([2000] * b, 8, block_128, num_sms=132) for b in range(1, 65)}
+solution_4 = min(b for b in splits_by_batch if all(max(splits_by_batch[c]) == 1 for c in splits_by_batch if c >= b))
+assert answer_4 == solution_4, f"exercise 4: expected {solution_4} (splits per sequence by batch size: " \
+    f"{ {b: s[0] for b, s in splits_by_batch.items()} })"
 print(f"1: {sorted(answer_1)} saturate   3: the error grows {answer_3:.1f}x; "
-      f"{float(((q / (qs_ck / 8)).abs() > 448).double().mean()):.0%} of Q's values saturate")
+      f"{float(((q / (qs_ck / 8)).abs() > 448).double().mean()):.0%} of Q's values saturate   "
+      f"4: from {answer_4} sequences of 2000 tokens on, none is split "
+      f"({splits_by_batch[answer_4 - 1][0]} splits each at {answer_4 - 1})")
 print(exercise_note(_by_solution))
 

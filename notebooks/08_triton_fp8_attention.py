@@ -14,9 +14,10 @@
 # # 08 · Our Triton FP8 flash attention, step by step
 #
 # `fp8lab.kernels.fp8_attention` computes attention the way FlashAttention-3's FP8
-# forward does, in about 300 lines of Triton you can read and change. It runs on
-# Hopper GPUs and, exactly, on a CPU in Triton's interpreter (how this notebook runs
-# in CI). The kernel file (`fp8lab/kernels/attention.py`) is written as a lesson:
+# forward does, in about 300 lines of Triton you can read and change. It is written for
+# the FP8 tensor cores from compute capability 8.9 (sm_89) on, measured only on Hopper (an
+# H200), and runs, exactly, on a CPU in Triton's interpreter (how this notebook runs in CI).
+# The kernel file (`fp8lab/kernels/attention.py`) is written as a lesson:
 # open it beside this notebook.
 #
 # You will learn:
@@ -706,8 +707,9 @@ causal_grids.assign(**{"counter - one per tile": causal_grids["counter"] - causa
 # growing, with those 13 bits. vLLM's FA3 library instead computes each block's P V in a fresh
 # accumulator and adds it to O in fp32: `AttentionConfig(pv_flush=True)`, `acc += tl.dot(p, v)`.
 # (Triton folds such an add back into the MMA for other operand types; for FP8 operands on sm_90
-# it keeps the two apart, as the measurement below shows.) Notebook 05's long-context inputs (16 queries, 4 heads,
-# d = 128, V + 1) on the H200, against exact attention:
+# it keeps the two apart, as the measurement below shows.) The probe's inputs
+# (`scripts/probe_long_context.py`: 16 queries, 4 heads, d = 128, V + 1, the kind notebook 05 (e)
+# draws with 2 heads) on the H200, against exact attention:
 
 # %%
 pv_errors, pv_speed = explain.pv_accumulation(rdir)
@@ -716,14 +718,19 @@ record("pv_accumulation_rel_l2", {f"{who} @ {n}": round(float(x), 4) for who, ro
 record("pv_flush_tflops", {f"{case} {cfg}": round(float(x)) for case, row in pv_speed.iterrows()
                            for cfg, x in row.dropna().items()})
 display(pv_errors.round(4))  # noqa: F821 - IPython
+one_level = pv_errors.loc[["triton kernel", "gluon kernel", "fa3-fwd"]]
+flushed = pv_errors.loc[["triton kernel, pv_flush"]]
+print(f"one level (both kernels, fa3-fwd): {one_level.iloc[:, 0].max():.3f} at {pv_errors.columns[0]} keys, "
+      f"{one_level.iloc[:, -1].max():.2f} at {pv_errors.columns[-1]}; "
+      f"pv_flush: {flushed.min().min():.4f}-{flushed.max().max():.4f} at every length")
 pv_speed.round(0)
 
 # %% [markdown]
 # Both our kernels and FA3 land on the emulation's 13-bit accumulator model to three or four digits,
-# and their error grows from 0.024 at 2k keys to 0.44 at 64k. With `pv_flush` the error stays at
-# the fp32-accumulation level, 0.0025-0.0033, which is what the "flush every block" model
-# predicts. The price, in this first form (the default tiles with the switch on), was 35-40 % of the
-# speed at 2 x 8192 x 32 heads. Section (o) finds where it went.
+# and their error grows with the number of keys, from the shortest context to the longest as the
+# line under the table prints. With `pv_flush` the error stays at the fp32-accumulation level (the
+# line's last range), which is what the "flush every block" model predicts. The price, in this
+# first form (the default tiles with the switch on), was 35-40 % of the speed at 2 x 8192 x 32 heads. Section (o) finds where it went.
 #
 # Why the error grows with the context: O is unnormalised until the end, a running sum over every
 # key block seen so far. With V + 1 inputs (values of mean one) that sum grows with the number of
@@ -774,12 +781,13 @@ flush_speed.T.round(0)
 #   TFLOP/s non-causal, 727 against 726 causal), where v27's form kept 58-64 %. At head dim 64 the
 #   flush costs it 0-4 %, and the Gluon kernel 2-4 % at 64 and 128. (Over the whole grid below: at
 #   most 6 % for the Triton kernel, 1-5 % for the Gluon kernel.)
-# - Head dim 256: O alone is 128 values per thread at 64 rows, and the flush tile another 128. Every
+# - Head dim 256: O and the flush tile each grow with the head dim, and at 64 rows per warpgroup
+#   the two no longer fit in a thread's registers (exercise 10 counts them). Every
 #   tile of the Triton kernel lost about half its speed, and the Gluon kernel's consumers spilled
 #   (383 TFLOP/s against 1082 without the flush). `WsConfig(pv_halves=True)` holds O as two tiles of
 #   128 columns and computes each block's P V half by half after the softmax, waiting for each half
 #   before issuing the next: by then the scores are packed into P's 16 registers and nothing else is
-#   in flight, so a half tile (64 values) fits beside O. It gives up the PV product's overlap with
+#   in flight, so a half tile fits beside O. It gives up the PV product's overlap with
 #   the softmax inside a warpgroup (the other consumer's softmax still runs under it): 961 / 895
 #   TFLOP/s non-causal / causal, 0.89 / 0.86 of the kernel without the flush (the `-h2` rows; 64-key
 #   blocks were slower). The errors at head dim 256 are the same story (second half of the table).
@@ -810,8 +818,8 @@ flush_grid.round(3)
 # V^T from a copy (`key_ordered_vt`, (f)). `WsConfig(transpose_v=True)` does what FA3 does. V's
 # stages arrive by TMA in boxes of 128 keys x 16 columns, and two (or four) transposer warps write
 # each stage's V^T in `key_ordered_vt`'s key order before the consumers may read it. A transposer
-# thread holds keys 2t, 2t + 1, 2t + 8 and 2t + 9 of a group of 16 (t = 0..3, from its lane): exactly
-# the four that land at positions 4t .. 4t + 3 (exercise 11), so a small transpose in registers gives
+# thread (t = 0..3, from its lane) holds four keys of each group of 16: exactly the four that land at
+# positions 4t .. 4t + 3 (exercise 11 finds which), so a small transpose in registers gives
 # whole 32-bit words of V^T. The bits equal the copy's (a GPU test, every head dim). Three forms were
 # built and timed on the H200, 2x8192x32xd (`scripts/probe_transpose_v.py`; "no transpose" is the
 # same kernel with a transposer that does no work, wrong results, timed to see what the rest costs):
@@ -840,6 +848,21 @@ plots.plot_transpose_v(tv)
 plt.show()
 
 # %% [markdown]
+# v31's form (LDSM.T, in place) per head dim, each ratio to the V^T-ready kernel of its own run:
+
+# %%
+tv_v31 = explain.transpose_v_summary(tv, "LDSM.T")
+record("transpose_v_v31_by_head_dim", {f"{ratio} {end} d={d}": round(float(x), 3)
+                                       for (ratio, end), col in tv_v31.items() for d, x in col.dropna().items()})
+for d, row in tv_v31.iterrows():
+    print(f"d={d}: in-kernel transpose {row[('transpose_v / V^T ready', 'lowest')]:.2f}-"
+          f"{row[('transpose_v / V^T ready', 'highest')]:.2f}x, copy + kernel {row[('+ copy / V^T ready', 'lowest')]:.2f}-"
+          f"{row[('+ copy / V^T ready', 'highest')]:.2f}x" + ("" if pd.isna(row[("no transpose / V^T ready", "lowest")]) else
+          f", no transpose (in place) {row[('no transpose / V^T ready', 'lowest')]:.2f}-"
+          f"{row[('no transpose / V^T ready', 'highest')]:.2f}x"))
+tv_v31.round(3)
+
+# %% [markdown]
 # - **The transposer's instructions are the cost.** In the first form each thread moved bytes with
 #   about 28 integer instructions per 16 bytes: 10-19 % of the speed at head dims 64 and 128. Eight
 #   PRMTs per 16 bytes: 6-15 %. With the transposer doing nothing the v30 tiles ran at the kernel's
@@ -862,24 +885,37 @@ plt.show()
 #   are permuted (O's un-permuted in the epilogue) so that `stmatrix` meets no bank conflicts.
 
 # %% [markdown]
+# The long-context figures the summary quotes, from the H200's record (`bench.long_context_headline`:
+# rel L2 against exact attention on the probe's V + 1 inputs, d = 128, by number of keys; "ours" is the
+# worse of our two kernels, "ours, pv_flush" the worst flushing tile):
+
+# %%
+headline = bench.long_context_headline(rdir)
+pd.DataFrame(headline["probe"]).T.round(4)
+
+# %% [markdown]
 # ## Summary
 #
 # - The kernel is FA3's FP8 forward: descales folded into the exp2-domain scale,
 #   `max - 8`, P in e4m3, fp32 accumulator registers, `v_descale` at the end, blocks last-first.
 # - Against exact attention on the same FP8 inputs, the P cast is practically the whole error.
 # - On Hopper the FP8 MMA keeps about 13 bits of its accumulator, and O accumulates in it over every
-#   key block, as in upstream FA3: the error grows with the context (0.44 rel. L2 at 64k keys on V + 1
-#   inputs). `pv_flush=True` adds each block's P V to O in fp32, as vLLM's library does: flat at
-#   0.0025. In tiles with 64 query rows per warpgroup it costs at most 6 % at head dims 64 and 128;
-#   at 256, where O alone fills half a thread's registers, the Gluon kernel takes P V in two halves
-#   and keeps 0.83-0.89 of its speed (v27, v28: `results/h200/bench_v28_*`).
+#   key block, as in upstream FA3: the error grows with the context (the `fa3-fwd` and `ours` rows of
+#   the table above). `pv_flush=True` adds each block's P V to O in fp32, as vLLM's library does: flat
+#   at the `ours, pv_flush` row's level. In tiles with 64 query rows per warpgroup it costs at most
+#   6 % at head dims 64 and 128; at 256, where O and the flush tile do not fit together, the Gluon
+#   kernel takes P V in two halves and keeps 0.83-0.89 of its speed (v27, v28: `results/h200/bench_v28_*`).
 # - Under the interpreter it equals the emulation bit for bit, after rounding P and the
 #   output in float32 to dodge the interpreter's wrong casts.
 # - The max offset lifts P's small values out of e4m3's subnormals; the output gains only where
 #   many of them together carry weight (outlier scores, long rows): a few per cent on (d)'s peaked rows.
 # - FP8 MMAs want V key-contiguous: transposing once is cheap, per tile is not: in the Triton
-#   kernel 2.6x slower (v1), in the Gluon kernel with transposer warps 6-15 % at head dims 64 and
-#   128, all of it the transposer's instructions (v30).
+#   kernel 2.6x slower (v1). In the Gluon kernel, with transposer warps and FA3's own instructions,
+#   in place (v31), the kernel keeps the fraction of the V^T-ready kernel's speed that (p)'s last
+#   cell prints per head dim, less the larger the head dim. Part of that loss is the in-place
+#   hand-over, not the transposer's instructions: the "no transpose" tiles, whose transposer does no
+#   work, are below the V^T-ready kernel too (same cell). The copy plus the kernel stays faster at
+#   every head dim, so `fp8lab.attention` keeps the copy.
 # - FP8 MMAs want P's keys in a different register order than the scores come in: loading K's
 #   rows permuted makes the change free (`permute_keys`, v10), and so does storing V^T's keys
 #   in that order (`key_ordered_vt`, v11, for the Gluon kernel whose K comes by TMA).
@@ -902,8 +938,8 @@ plt.show()
 # 3. What is the largest P the kernel can produce with FA3's max offset, and is it an
 #    e4m3 value? Set `answer_3` to that P.
 # 4. With `permute_keys`, thread 1 of a quad holds score columns 2, 3, 10, 11, ...: which key
-#    does its column 10 hold? Set `answer_4` (hint: write 10 as 16a + 8b + 2t + e).
-# 5. In `key_ordered_vt(v)`, at which column of its group of 32 is key 6 stored? Set `answer_5`.
+#    does its column 27 hold? Set `answer_4` (hint: write 27 as 16a + 8b + 2t + e).
+# 5. In `key_ordered_vt(v)`, at which column of its group of 32 is key 22 stored? Set `answer_5`.
 # 6. With `pack_p`, how many 32-bit registers hold P per consumer thread at head dim 64 with 128
 #    keys and three consumers? Set `answer_6`.
 # 7. With persistent programs on a 132-SM H200, at 4x4096x32x64 non-causal (the default tile of 192
@@ -946,9 +982,9 @@ if answer_2 is None:
 if answer_3 is None:
     answer_3 = 2.0 ** A.FA3_MAX_OFFSET  # exp2(s - (max - 8)) at s = max
 if answer_4 is None:
-    answer_4 = 16 * 0 + 4 * 1 + 2 * 1 + 0  # 10 = 16a + 8b + 2t + e with a=0, b=1, t=1, e=0 -> 16a + 4t + 2b + e
+    answer_4 = 16 * 1 + 4 * 1 + 2 * 1 + 1  # 27 = 16a + 8b + 2t + e with a=1, b=1, t=1, e=1 -> 16a + 4t + 2b + e
 if answer_5 is None:
-    answer_5 = 16 * 0 + 4 * 3 + 2 * 0 + 0  # key 6 = 16a + 8b + 2t + e with t=3 -> column 16a + 4t + 2b + e
+    answer_5 = 16 * 1 + 4 * 3 + 2 * 0 + 0  # key 22 = 16a + 8b + 2t + e with a=1, t=3 -> column 16a + 4t + 2b + e
 if answer_6 is None:
     answer_6 = 64 * 128 // 128 // 4  # 64 rows x 128 keys over 128 threads, four per word; consumers do not matter
 if answer_7 is None:
@@ -971,9 +1007,9 @@ if dev.type == "cpu":
     emu2 = attention_fa3_fp8(q8, k8, v8, qd, kd, vd, causal=causal, block_n=answer_2)
     assert ulps_apart(emu2, fp8_attention(q8, k8, v8, qd, kd, vd, causal=causal)).max() <= 1, "not the kernel's block_n"
 assert cast_to_fp8(torch.tensor([answer_3])).item() == answer_3 == 2.0 ** 8, "P = 2^max_offset at the row max"
-held = layout.loc[1, "keys held, permute_keys"][layout.loc[1, "accumulator columns"].index(10)]
-assert answer_4 == held, "the kernel's key_order puts another key in column 10"
-assert answer_5 == int(landing[6]), "key_ordered_vt stores key 6 elsewhere"
+held = layout.loc[1, "keys held, permute_keys"][layout.loc[1, "accumulator columns"].index(27)]
+assert answer_4 == held, "the kernel's key_order puts another key in column 27"
+assert answer_5 == int(landing[22]), "key_ordered_vt stores key 22 elsewhere"
 assert answer_6 == explain.consumer_registers(64, 128, consumers=3)["p_packed"], "count P's values per thread, /4"
 cfg7 = WsConfig(block_n=128, stages=3, pack_p=True, consumers=3, persistent=True)
 assert cfg7 == default_ws_config(64, False, key_ordered=True), "not the default tile any more: update exercise 7"

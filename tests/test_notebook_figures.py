@@ -46,6 +46,14 @@ def test_per_head_scales_and_strides(executed_notebooks):
     fallback = f["fallback_rel_l2"]  # the defect costs nothing near Q amax 448 and a lot far from it
     far = fallback[min(fallback, key=float)]
     assert far["vllm"] > 5 * far["intended"] and far["intended"] == pytest.approx(far["ideal"])
+    heads = f["k_heads_vs_e4m3"]  # the smallest K head lies further down than e4m3 reaches: per tensor zeroes it
+    assert heads["binades between largest and smallest head"] > heads["e4m3 binades, smallest subnormal to 448"]
+    assert heads["worst head SQNR per tensor (dB)"] == 0.0 and heads["SQNR spread per KV head (dB)"] < 1.0
+    nbytes = f["descale_storage_bytes"]  # expand() stores one float32, or one per KV head; the others a full tensor
+    assert nbytes["scalar, expand"] == 4 < nbytes["per head, expand"] < nbytes["per head, contiguous"]
+    assert nbytes["per head, contiguous"] == nbytes["per head, transposed view"]
+    for sqnr in (f["gqa_q_worst_head_sqnr_db"], f["gqa_q_sqnr_db"]):  # GQA: Q's shared descale costs well under a bit
+        assert abs(sqnr["per query head (not FA3)"] - sqnr["per KV group (FA3)"]) < 1.0
 
 
 def test_version_gating(executed_notebooks):
@@ -54,11 +62,44 @@ def test_version_gating(executed_notebooks):
     assert set(f["04.decisions_this_machine"]) >= {"fp8/128", "bf16/128"}
 
 
+def test_attention_accuracy(executed_notebooks):
+    f = figures(executed_notebooks, "05_fp8_attention_accuracy")
+    attr = f["attribution"]  # (b): rel L2 of each step alone against exact attention, per distribution
+    q, k, v, p = (attr[step] for step in ("q", "k", "v", "p"))
+    own = f["cast_tensor_rel_l2"]  # each cast's error on its own tensor: e4m3's RMS rounding error, alike
+    for dist in ("normal", "fa3_outliers"):
+        assert all(0.02 < own[f"{n}: tensor"][dist] < 0.03 for n in "qkv")
+        assert abs(v[dist] / own["v: tensor"][dist] - 1) < 0.15  # V's cast costs the output what it costs V
+        assert p[dist] < min(q[dist], k[dist], v[dist]) and attr["fp32"][dist] < 1e-5
+    assert v["normal"] > max(q["normal"], k["normal"])  # N(0,1), causal: V a little more than Q or K
+    assert v["fa3_outliers"] < min(q["fa3_outliers"], k["fa3_outliers"])  # outliers sharpen the softmax
+    t3 = f["table3_rmse"]  # the two rows with incoherent processing below the two without
+    assert max(t3["FA3 FP8 (block quant + incoherent)"], t3["FA3 FP8 without block quant"]) < min(
+        t3["FP8 baseline (per-tensor)"], t3["FA3 FP8 without incoherent processing"])
+    offset = f["max_offset_p_only"]  # (c): the offset lowers the P cast's own error on the outliers
+    assert offset["8"]["fa3_outliers"] < offset["0"]["fa3_outliers"]
+    lc = f["long_context_rel_l2"]  # (e): the FP8 MMA's error grows with the keys, two levels do not
+    mma, flush = lc["FP8 MMA, 13 bits (upstream FA3)"], lc["two-level, flush every block (vLLM)"]
+    longest, shortest = max(mma, key=int), min(mma, key=int)
+    assert mma[longest] > mma[shortest] and mma[longest] > 1.5 * flush[longest]
+    assert max(f["fidelity_ratio_hopper"].values()) < 0.1  # (f): the emulation within 0.1 of FA3's own error
+    head = f["long_context_headline"]  # the H200's record the summaries quote
+    probe = head["probe"]
+    longest = max(probe["fa3-fwd"], key=int)
+    assert min(probe["fa3-fwd"][longest], probe["ours"][longest]) > 0.1 > 0.01 > max(
+        probe["vllm-so"][longest], *probe["ours, pv_flush"].values())
+    assert head["fidelity"]["fa3-fwd"][max(head["fidelity"]["fa3-fwd"], key=int)] > 0.1
+    assert head["fidelity_ratio_hopper"][1] < 0.1
+
+
 def test_kv_cache(executed_notebooks):
     f = figures(executed_notebooks, "06_fp8_kv_cache")
     assert f["tokens_ratio_fp8_vs_bf16"] == pytest.approx(2.0, rel=1e-3)
     assert f["stride0_equals_materialized"] is True
     err = f["decode_rel_l2"]
+    q_cast = f["decode_q_cast_rel_l2"]  # every Q scale, k/v-only checkpoints too, leaves Q's rounding alike
+    assert len(q_cast) == 5 and min(q_cast.values()) > 0.85 * max(q_cast.values())
+    assert set(f["decode_fa3_fp8_adds"]) == set(q_cast)
     for scales in ("checkpoint (amax/448)", "default 1.0", "dynamic (amax/200, /100)"):
         # FA3's FP8 math adds Q and P quantization on top of the storage error.
         assert err[f"{scales} | dequantized"] < err[f"{scales} | fa3_fp8"] < 1.0
@@ -67,6 +108,18 @@ def test_kv_cache(executed_notebooks):
     assert set(f["captured_varlen_fp8_providers"]) == {"vllm", "vllm-so", "fa3-fwd", "flash-attn-3", "triton"}
     h200 = f["graph_h200_captured"]  # the H200's record: every capture replayed the eager call's bits
     assert all(h200.values()) and {"fa3:fa3-fwd varlen", "fa3:vllm-so varlen", "triton:triton varlen"} <= set(h200)
+    splits = {k.split(" | ", 1)[1]: v for k, v in f.items() if k.startswith("decode_splits | ")}
+    assert len(splits["one long sequence"]) == 1 and splits["one long sequence"][0] > 1  # one sequence: FA3 splits it
+    assert max(splits["16 long sequences"]) < splits["one long sequence"][0]  # a fuller batch: fewer splits each
+    for case, effect in f["decode_split_effect"].items():  # splitting moves bits, not the error against exact
+        split = max(splits[case]) > 1
+        assert (effect["bf16 outputs equal"] < 1) if split else (effect["bf16 outputs equal"] == 1)
+        assert abs(effect["rel L2, FA3's splits"] / effect["rel L2, no split"] - 1) < 0.1
+    rec = f["decode_split_h200"]  # the H200's record: splitting as predicted is what gives the library's bits
+    per_seq = list(zip(rec["predicted_splits"], rec["equal_at_predicted"], rec["equal_without_split"]))
+    assert any(k > 1 for k, _, _ in per_seq)
+    for k, at, without in per_seq:
+        assert (at > without + 0.4) if k > 1 else (at == without)
 
 
 def test_scale_strategies(executed_notebooks):
@@ -76,6 +129,8 @@ def test_scale_strategies(executed_notebooks):
     assert abs(rest["outlier_channels|token / current"] - rest["outlier_channels|channel / current"]) < 0.5
     same = f["delayed_kernel_same"]  # the one-pass kernel against the reference, every step through a jump
     assert len(same["same_bits"]) == 2 and all(v == 1.0 for col in same.values() for v in col.values())
+    cost = f["pow2_cost_db"]  # power-of-two descales: well under a bit (6.02 dB) on every distribution
+    assert len(cost) == 5 and max(abs(c) for c in cost.values()) < 3.0 and abs(cost["normal"]) < 0.3
 
 
 def test_triton_kernel_lesson(executed_notebooks):
@@ -119,6 +174,15 @@ def test_triton_kernel_lesson(executed_notebooks):
     assert rest["PRMT 2x8192x32x128"] > 0.97 and min(rest.values()) > 0.85
     copy = f["copy_over_ready"]  # key_ordered_vt's copy plus the kernel: faster than transposing inside
     assert all(copy[k] > tv[k] for k in tv)
+    v31 = f["transpose_v_v31_by_head_dim"]  # the summary: v31's fraction falls with the head dim, ...
+    fraction = {d: (v31[f"transpose_v / V^T ready lowest d={d}"], v31[f"transpose_v / V^T ready highest d={d}"])
+                for d in (64, 128, 256)}
+    assert fraction[64][0] > fraction[128][1] and fraction[128][0] > fraction[256][1]
+    for d in (64, 128):  # ... part of it the in-place hand-over (no transposer work, still below) ...
+        assert v31[f"no transpose / V^T ready highest d={d}"] < 1
+    assert v31["no transpose / V^T ready highest d=128"] < 0.95
+    for d in (64, 128, 256):  # ... and the copy stays faster
+        assert v31[f"+ copy / V^T ready lowest d={d}"] > fraction[d][1]
     copies = f["v24_v_copy_us"]  # the Triton copy of V against torch's, at every head dim
     for d in (64, 128, 256):
         assert copies[f"d={d} pretranspose_v"] * 5 < copies[f"d={d} torch pretranspose"]
@@ -130,6 +194,17 @@ def test_performance_record(executed_notebooks):
     bound = f["per_tensor_bound"]  # current per-tensor scaling at 128 MiB: two reads cap it, on-chip memory cannot lift it
     assert abs(bound["nothing (two passes)"] - 0.6) < 1e-3 and bound["+ L2: everything"] > 0.85 > bound["+ registers"]
     assert 90 < bound["needed_mb"] < 110
+    targets = f["quant_targets"]  # (e)'s targets table at 128 MiB, as its prose and the summary read it
+    for kind in ("static (vLLM's Q)", "per token", "delayed, per head", "delayed, per tensor"):
+        assert targets[kind]["verdict"] == targets[kind]["verdict of 4.3 TB/s"] == "met", kind
+    assert targets["current, per head, head-major x"]["verdict"] == "met"
+    token_major = [targets[f"current, per head, token-major x, {b} sequence{'s' if b > 1 else ''}"]
+                   for b in (1, 2, 4, 8, 16)]
+    assert [t["verdict"] for t in token_major] == ["not met", "not met", "at the line", "met", "met"]
+    assert all(t["verdict of 4.3 TB/s"] == "not met" for t in token_major)
+    per_tensor = targets["current, per tensor"]
+    assert per_tensor["verdict"] == per_tensor["verdict of 4.3 TB/s"] == "not met"
+    assert abs(per_tensor["high"] - bound["nothing (two passes)"]) < 0.02  # two reads, at their ceiling
     ratios = f["ratio_to_fa3_fp8"]
     assert len(ratios) == 18 and all(0.3 < r < 1.5 for r in ratios.values())
     clock = f["v19_mean_sm_mhz"]  # the power limit: full clock at head dim 64, less at 256

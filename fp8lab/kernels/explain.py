@@ -25,8 +25,8 @@ from fp8lab.reference.exact import dequantize
 from fp8lab.scaling import ScaleStrategy, quantize
 
 __all__ = ["api_overhead", "cast_demo", "pv_accumulation", "consumer_registers", "delayed_kernel_check", "folded_scale_error", "kernel_ratios",
-           "key_order_values", "p_grid_fractions", "p_register_layout", "quant_size_table", "quant_sizes", "quant_split_table", "tuning_record",
-           "v10_record", "v11_record",
+           "key_order_values", "p_grid_fractions", "p_register_layout", "quant_size_table", "quant_sizes", "quant_split_table", "transpose_v_summary",
+           "tuning_record", "v10_record", "v11_record",
            "v12_consumers_record", "v12_record", "v19_persistent_record", "v20_dynamic_record", "v21_causal_grids",
            "v22_quant_profile", "v23_after_compile", "v23_swing", "v_layout_costs", "ws_record"]
 
@@ -458,6 +458,20 @@ def transpose_v_forms(results_dir: str | Path) -> pd.DataFrame:
         out["transpose_v / + copy"] = out["transpose_v"] / out["+ copy"]
         frames.append(out.assign(form=form).set_index("form", append=True))
     return pd.concat(frames).reorder_levels(["form", "case"])
+
+
+def transpose_v_summary(forms: pd.DataFrame, form: str = "LDSM.T") -> pd.DataFrame:
+    """One form of `transpose_v_forms` by head dim: the lowest and highest (over causal and not) of the
+    in-kernel transpose, the copy (`key_ordered_vt` inside the timed call) and the transposer that does no
+    work, each as a fraction of the V^T-ready kernel of its own run. Rows: head dim; columns: (ratio,
+    "lowest" / "highest"); NaN where the run timed no such tiles ("no transpose" at head dim 256)."""
+    tv = forms.xs(form, level="form")
+    ratios = pd.DataFrame({"transpose_v / V^T ready": tv["transpose_v"] / tv["V^T ready"],
+                           "+ copy / V^T ready": tv["+ copy"] / tv["V^T ready"],
+                           "no transpose / V^T ready": tv["no transpose"] / tv["V^T ready"]})
+    head_dim = ratios.index.map(lambda case: int(case.split()[0].split("x")[-1])).rename("head_dim")
+    out = ratios.groupby(head_dim).agg(["min", "max"])
+    return out.rename(columns={"min": "lowest", "max": "highest"}, level=1)
 
 
 def pv_accumulation(results_dir: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
