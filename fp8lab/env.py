@@ -100,7 +100,8 @@ def triton_interpret_note() -> str:
     now = "set" if not _KERNELS_INTERPRETED else "unset"
     return (f"; TRITON_INTERPRET is {now} now, but fp8lab.kernels were defined "
             f"{'with' if _KERNELS_INTERPRETED else 'without'} the interpreter when imported (Triton reads it "
-            "then): restart the Python or Jupyter kernel with TRITON_INTERPRET=1 set before importing fp8lab")
+            f"then): restart the Python or Jupyter kernel with TRITON_INTERPRET{'=1 set' if now == 'set' else ' unset'} "
+            "before importing fp8lab")
 
 
 def context(**extra: object) -> dict:
