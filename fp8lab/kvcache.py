@@ -289,8 +289,8 @@ def paged_decode(
                     None: `fa3_decode_splits` for vLLM's eager call on `num_sms` SMs; an int is what
                     the caller passes FA3, a list one count per sequence), and Hopper's FP8 MMA
                     accumulator flushed into fp32 every block ("vllm"; None: exact fp32 sums). On an
-                    H200 this gives 70-92 % of the library's bf16 outputs bit for bit and the rest a
-                    bf16 ulp or so apart (results/h200/decode_fidelity*.json, `scripts/gpu_decode_fidelity.py`).
+                    H200 this gave 70-92 % of the library's bf16 outputs bit for bit
+                    (results/h200/decode_fidelity*.json, `scripts/gpu_decode_fidelity.py`).
       "dequantized" FlashInfer's approach: K/V upcast with their scales, Q kept
                     as given, exact float64 math; isolates the storage error.
     Returns (num_seqs, heads_q, head_dim): bf16 ("fa3_fp8") or float64 ("dequantized").
@@ -321,6 +321,9 @@ def paged_decode(
     q_descale = _check_scale("q_scale", q_scale).to(q.device).expand(n, heads_kv)
     if block_n is None:
         block_n = fa3_block_n(d, flavor="vllm", decode=True)
+    if isinstance(num_splits, numbers.Integral) and (isinstance(num_splits, bool) or num_splits < 0):
+        raise ValueError(f"num_splits: expected None, an int >= 0 (0: FA3's heuristic) or one count per sequence, "
+                         f"got {num_splits!r}")
     if num_splits is None or isinstance(num_splits, numbers.Integral):
         num_splits = fa3_decode_splits(seq_lens, heads_kv, block_n, num_splits=int(num_splits or 0), num_sms=num_sms)
     if accumulator == "vllm":

@@ -201,6 +201,9 @@ def test_paged_decode_bad_input():
     bf16 = PagedKVCache.allocate(2, 4, 1, 8, kv_cache_dtype="auto")
     with pytest.raises(ValueError, match="needs an FP8 cache"):
         paged_decode(q, bf16, table, [3], q_scale=1.0)
+    for bad in (-1, True):
+        with pytest.raises(ValueError, match="num_splits: expected None, an int >= 0"):
+            paged_decode(q, cache, table, [3], q_scale=1.0, num_splits=bad)
 
 
 @pytest.mark.parametrize("math", ["fa3_fp8", "dequantized"])
