@@ -460,6 +460,9 @@ def attention_fa3_fp8(
     into num_splits runs of ceil(n / num_splits) blocks, each run's out (fp32) and lse
     combined as FA3's combine kernel does. An int, or for varlen one per sequence (FA3 picks a
     count per sequence). A row that no split sees gets lse = +inf (FA3's combine), not -inf.
+    FA3 partitions each query tile's own key range: exact for decode and for non-causal calls;
+    with a causal or local mask and several query tiles per sequence the emulation's query chunks
+    (sized for memory) need not be FA3's tiles, so their partitions can differ.
 
     Returns out in q's layout (bf16 with steps.output, else float32 with
     steps.fp32, else float64) and with return_lse the natural-log lse,
