@@ -68,16 +68,17 @@ def results_dir(gpu: str = "h200") -> Path:
 
 
 _KERNELS_INTERPRETED: bool | None = None  # what fp8lab.kernels' Triton kernels were defined as, once imported
+TRUE_SPELLINGS = ("1", "true", "on", "yes", "y")  # what Triton's getenv_bool reads as true
 
 
 def _interpret_requested() -> bool:
-    """TRITON_INTERPRET as Triton reads it now (its knobs: "1", "true", "on")."""
+    """TRITON_INTERPRET as Triton reads it now (its knobs; else `TRUE_SPELLINGS`)."""
     try:
         import triton.knobs
 
         return bool(triton.knobs.runtime.interpret)
     except (ImportError, AttributeError):
-        return os.environ.get("TRITON_INTERPRET", "").strip().lower() in ("1", "true", "on")
+        return os.environ.get("TRITON_INTERPRET", "").strip().lower() in TRUE_SPELLINGS
 
 
 def set_kernels_interpreted(interpreted: bool) -> None:

@@ -319,13 +319,15 @@ def paged_decode(
     heads_kv, d = cache.key_cache.shape[2], cache.key_cache.shape[3]
     k_descale, v_descale = cache.descales(n)
     q_descale = _check_scale("q_scale", q_scale).to(q.device).expand(n, heads_kv)
-    if block_n is None:
-        block_n = fa3_block_n(d, flavor="vllm", decode=True)
+    group = q.shape[1] // heads_kv
+    if block_n is None:  # one MMA warpgroup (vLLM at head dim 128) where a tile holds at most 64 rows
+        block_n = fa3_block_n(d, flavor="vllm", decode=group <= 64)
     if isinstance(num_splits, numbers.Integral) and (isinstance(num_splits, bool) or num_splits < 0):
         raise ValueError(f"num_splits: expected None, an int >= 0 (0: FA3's heuristic) or one count per sequence, "
                          f"got {num_splits!r}")
     if num_splits is None or isinstance(num_splits, numbers.Integral):
-        num_splits = fa3_decode_splits(seq_lens, heads_kv, block_n, num_splits=int(num_splits or 0), num_sms=num_sms)
+        num_splits = fa3_decode_splits(seq_lens, heads_kv, block_n, num_splits=int(num_splits or 0), num_sms=num_sms,
+                                       group=group)
     if accumulator == "vllm":
         accumulator = AccumulatorModel(13, promote_every=block_n)  # HOPPER_FP8_MMA, flushed every key block
     return attention_fa3_fp8(q8, k, v, q_descale, k_descale, v_descale, block_n=block_n, num_splits=num_splits,

@@ -372,7 +372,7 @@ def _folded_scale(base: float, q_descale: torch.Tensor | None, k_descale: torch.
     """base * q_descale * k_descale (at least one given), float32 `(batch, heads_kv)`, as the kernels multiply."""
     given = [d for d in (q_descale, k_descale) if d is not None]
     prod = given[0] if len(given) == 1 else given[0] * given[1]
-    return torch.tensor(base, dtype=torch.float32, device=prod.device) * prod
+    return prod * base  # base is a float32 value already: the product in float32, and no host-to-device copy
 
 
 def check_folded_scale(

@@ -194,12 +194,26 @@ def test_split_kv_varlen_takes_one_count_per_sequence():
         assert torch.equal(mixed[i], o[i]) and torch.equal(mixed_lse[:, i], l[:, i])
 
 
-def test_a_row_no_split_sees_gets_fa3_combine_lse():
-    """FA3's combine writes lse = +inf for a row with no visible key (its lse_sum is 0); out stays 0."""
+def test_a_row_no_split_sees_keeps_minus_inf_and_zero():
+    """FA3's combine (hopper) keeps lse = log(0) + -inf = -inf for a row with no visible key, as without splits."""
     q, k, v = (cast_to_fp8(x) for x in _qkv(b=1, sq=40, sk=16, seed=12))
     out, lse = attention_fa3_fp8(q, k, v, causal=True, num_splits=2, block_n=8, return_lse=True)
-    assert bool((out[:, :24] == 0).all()) and bool(torch.isposinf(lse[:, :, :24]).all())
+    assert bool((out[:, :24] == 0).all()) and bool(torch.isneginf(lse[:, :, :24]).all())
     assert bool(torch.isfinite(lse[:, :, 24:]).all())
+
+
+def test_decode_splits_say_what_they_expected():
+    from fp8lab.reference import fa3_decode_splits
+
+    for kwargs, match in ((dict(block_n=0), "block_n"), (dict(heads_kv=0), "heads_kv"), (dict(num_sms=0), "num_sms"),
+                          (dict(num_splits=-5), "num_splits"), (dict(num_splits=True), "num_splits"),
+                          (dict(group=0), "group"), (dict(seqlens_k=[5, -1]), "seqlens_k")):
+        args = dict(seqlens_k=[100, 300], heads_kv=8, block_n=96) | kwargs
+        with pytest.raises(ValueError, match=match):
+            fa3_decode_splits(**args)
+    assert fa3_decode_splits([], 8, 96) == []
+    # FA3's float32 arithmetic: 20 blocks at 2 kv heads sit on the 0.85 threshold, where float64 says 17
+    assert fa3_decode_splits([1920], 2, 96) == [18]
 
 
 def test_fully_masked_rows_give_zero_and_minus_inf():

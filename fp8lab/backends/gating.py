@@ -275,7 +275,7 @@ def _interpreted(env: Mapping[str, str]) -> tuple[bool, str]:
     process (env is os.environ) as fp8lab.kernels were defined; for a simulated machine, as env asks."""
     if env is os.environ:
         return fp8lab_env.triton_interpret(), fp8lab_env.triton_interpret_note()
-    return env.get("TRITON_INTERPRET", "").strip().lower() in ("1", "true", "on"), ""
+    return env.get("TRITON_INTERPRET", "").strip().lower() in fp8lab_env.TRUE_SPELLINGS, ""
 
 
 def provider_reasons(

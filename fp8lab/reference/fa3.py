@@ -29,6 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, fields, replace
 from typing import Literal
 
+import numpy as np
 import torch
 
 from fp8lab.formats import cast_to_fp8
@@ -238,34 +239,48 @@ def fa3_decode_splits(
     *,
     num_splits: int = 0,
     num_sms: int = 132,
+    group: int = 1,
 ) -> list[int]:
-    """The split-KV count FA3 gives each sequence of a varlen decode call (one query tile per
-    (sequence, kv head): seqlen_q * heads_q / heads_kv <= the tile's rows), as vLLM calls it.
+    """The split-KV count FA3 gives each sequence of a varlen decode call, as vLLM calls it (one
+    query token per sequence; `group` query heads per kv head share a tile, FA3's PackGQA).
 
     num_splits: what the caller passes (vLLM: 0 eagerly, its CUDA-graph cap otherwise); 0 = FA3's
     heuristic (hopper/heuristics.h `num_splits_heuristic`, with a varlen batch counted as one
-    sequence, flash_api.cpp). Up to 992 sequences FA3 then splits each sequence dynamically
-    (flash_prepare_scheduler.cu): ceil(its key blocks / blocks_per_sm), blocks_per_sm =
-    ceil(1.1 * heads_kv * all key blocks / num_sms), at most the static count. num_sms: 132 on an
-    H100/H200 SXM. Read from upstream's source and checked bit for bit against vLLM's library
-    on an H200 (results/h200/decode_fidelity.json, decode_fidelity_validate.json).
+    sequence, flash_api.cpp), in float32 as FA3 computes it. Up to 992 sequences FA3 then splits
+    each sequence dynamically (flash_prepare_scheduler.cu): ceil(its key blocks / blocks_per_sm),
+    blocks_per_sm = ceil(1.1 * heads_kv * all key blocks / num_sms) (float32; FA3 builds with fast
+    math, whose division this takes as exact), at most the static count. num_sms: 132 on an
+    H100/H200 SXM. Read from upstream's source and checked bit for bit against vLLM's library on an
+    H200 at 2-8 kv heads and groups of 4-16 (results/h200/decode_fidelity.json,
+    decode_fidelity_validate.json).
     """
-    lens = [int(n) for n in seqlens_k]
+    for name, val, least in (("heads_kv", heads_kv, 1), ("block_n", block_n, 1), ("num_sms", num_sms, 1),
+                             ("group", group, 1), ("num_splits", num_splits, 0)):
+        if isinstance(val, bool) or not isinstance(val, numbers.Integral) or val < least:
+            raise ValueError(f"{name}: expected an int >= {least}, got {val!r}")
+    lens = list(seqlens_k)
+    if any(isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 0 for n in lens):
+        raise ValueError(f"seqlens_k: expected token counts, ints >= 0, got {lens}")
     if not lens:
         return []
-    n_blocks = [-(-n // block_n) for n in lens]
-    if num_splits <= 0:  # the heuristic, for a varlen batch "pretending that batch = 1"
-        total_mblocks = heads_kv * (1 if len(lens) <= 992 else len(lens))
+    f32 = np.float32
+    m_blocks = -(-group // (64 if group <= 64 else 128))  # query tiles per (sequence, kv head): one MMA warpgroup to 64 rows
+    n_blocks = [-(-int(n) // block_n) for n in lens]
+    if num_splits == 0:  # the heuristic, for a varlen batch "pretending that batch = 1"
+        total_mblocks = heads_kv * m_blocks * (1 if len(lens) <= 992 else len(lens))
         most = max(n_blocks)
         if total_mblocks >= 0.8 * num_sms or most <= 4:
             num_splits = 1
         else:
             cap = min(128, num_sms, most)
-            eff = [(total_mblocks * k / num_sms) / math.ceil(total_mblocks * k / num_sms) for k in range(1, cap + 1)]
-            num_splits = next(k for k in range(1, cap + 1) if eff[k - 1] >= 0.85 * max(eff))
+            waves = [f32(total_mblocks * k) / f32(num_sms) for k in range(1, cap + 1)]
+            eff = [w / f32(np.ceil(w)) for w in waves]
+            best = max(eff)
+            num_splits = next(k for k in range(1, cap + 1) if float(eff[k - 1]) >= 0.85 * float(best))
     if len(lens) > 992:  # no dynamic split: every sequence takes the static count
         return [num_splits] * len(lens)
-    per_sm = max(1, math.ceil(sum(n_blocks) * 1.1 * heads_kv / num_sms))
+    total = sum(m_blocks * n for n in n_blocks)
+    per_sm = max(1, int(np.ceil(f32(total) * f32(1.1) * f32(heads_kv) / f32(num_sms))))
     return [max(1, min(-(-n // per_sm), num_splits)) for n in n_blocks]
 
 
@@ -402,19 +417,20 @@ def _split_blocks(blocks: list[int], num_splits: int) -> list[list[int]]:
 
 def _combine_splits(parts: list[tuple[torch.Tensor, torch.Tensor]]) -> tuple[torch.Tensor, torch.Tensor]:
     """FA3's combine kernel (hopper/flash_fwd_combine_kernel.h), in the partial outputs' dtype (fp32):
-    lse = log(sum exp(lse_i - max)) + max, out = sum exp(lse_i - lse) * out_i, split by split.
-    A row no split saw gets lse = +inf there (lse_sum == 0), and out = 0."""
+    w_i = exp(lse_i - max) / sum_j exp(lse_j - max), lse = log(sum_j exp(lse_j - max)) + max,
+    out = sum_i w_i * out_i, split by split, one FFMA each. A row no split sees keeps lse = -inf, out = 0."""
     lses = torch.stack([lse for _, lse in parts])  # (splits, ..., rows, 1)
     lse_max = lses.amax(dim=0)
-    lse_max = torch.where(lse_max == -math.inf, torch.zeros_like(lse_max), lse_max)
+    lse_max_cur = torch.where(lse_max == -math.inf, torch.zeros_like(lse_max), lse_max)
+    scales = torch.exp(lses - lse_max_cur)
     lse_sum = torch.zeros_like(lse_max)
-    for lse_i in lses:
-        lse_sum = lse_sum + torch.exp(lse_i - lse_max)
+    for sc in scales:
+        lse_sum = lse_sum + sc
+    lse_all = torch.log(lse_sum) + lse_max  # log(0) + -inf = -inf where no split saw the row
     bad = (lse_sum == 0) | torch.isnan(lse_sum)
-    lse_all = torch.where(bad, torch.full_like(lse_sum, math.inf), torch.log(lse_sum) + lse_max)
+    scales = scales * torch.where(bad, torch.zeros_like(lse_sum), 1.0 / torch.where(bad, torch.ones_like(lse_sum), lse_sum))
     out = torch.zeros_like(parts[0][0])
-    for (o_i, _), lse_i in zip(parts, lses):
-        w = torch.exp(lse_i - lse_all)
+    for (o_i, _), w in zip(parts, scales):
         out = (out.double() + w.double() * o_i.double()).to(out.dtype)  # an FFMA: one rounding
     return out, lse_all
 
@@ -459,7 +475,7 @@ def attention_fa3_fp8(
     num_splits: FA3's split-KV (decode with few sequences): each query tile's key blocks split
     into num_splits runs of ceil(n / num_splits) blocks, each run's out (fp32) and lse
     combined as FA3's combine kernel does. An int, or for varlen one per sequence (FA3 picks a
-    count per sequence). A row that no split sees gets lse = +inf (FA3's combine), not -inf.
+    count per sequence).
     FA3 partitions each query tile's own key range: exact for decode and for non-causal calls;
     with a causal or local mask and several query tiles per sequence the emulation's query chunks
     (sized for memory) need not be FA3's tiles, so their partitions can differ.
