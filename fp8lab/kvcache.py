@@ -78,20 +78,22 @@ def scaled_fp8_quant(x: torch.Tensor, scale: float | torch.Tensor) -> torch.Tens
     x: float tensor of any shape. Returns float8_e4m3fn of the same shape;
     `result.float() * scale` approximates x.
     """
-    if not x.is_floating_point():
-        raise TypeError(f"scaled_fp8_quant: expected a floating tensor, got {x.dtype}")
-    s = _check_scale("scale", scale).to(x.device)
-    return cast_to_fp8(x.float() * (1.0 / s), "e4m3fn", overflow="saturate")
+    return _static_fp8(x, scale, "scaled_fp8_quant", lambda xf, s: xf * (1.0 / s))
 
 
 def cache_fp8_quant(x: torch.Tensor, scale: float | torch.Tensor) -> torch.Tensor:
     """vLLM's FP8 cache write (`reshape_and_cache_flash`): `x / scale` in float32, saturated to
     ±448, cast to e4m3fn. x: float tensor of any shape; returns float8_e4m3fn of the same shape.
     """
+    return _static_fp8(x, scale, "cache_fp8_quant", lambda xf, s: xf / s)
+
+
+def _static_fp8(x: torch.Tensor, scale: float | torch.Tensor, name: str, apply) -> torch.Tensor:
+    """e4m3fn of `apply(x in float32, scale)`, saturated: the two ways vLLM applies a static scale."""
     if not x.is_floating_point():
-        raise TypeError(f"cache_fp8_quant: expected a floating tensor, got {x.dtype}")
+        raise TypeError(f"{name}: expected a floating tensor, got {x.dtype}")
     s = _check_scale("scale", scale).to(x.device)
-    return cast_to_fp8(x.float() / s, "e4m3fn", overflow="saturate")
+    return cast_to_fp8(apply(x.float(), s), "e4m3fn", overflow="saturate")
 
 
 def vllm_dynamic_scales(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[float, float, float]:

@@ -27,6 +27,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from fp8lab.kvcache import PagedKVCache, random_pages, scaled_fp8_quant  # noqa: E402
+from gpu_fidelity import lse_diff  # noqa: E402 - this folder's, on sys.path as the script's own
 from fp8lab.reference import AccumulatorModel, attention_fa3_fp8, fa3_block_n, fa3_decode_splits  # noqa: E402
 
 BLOCKS = (64, 80, 96, 112, 128, 144, 160, 176, 192, 208, 224, 256)
@@ -117,11 +118,10 @@ def validate(op, decode, dev: str, record: dict, out_path: Path, t0: float) -> N
             pred = fa3_decode_splits(lens, hk, bn, num_splits=ns)
             emu, emu_lse = emulate(c, bn, pred, acc)
             one, _ = emulate(c, bn, 1, acc)
-            fin = torch.isfinite(emu_lse) & torch.isfinite(lse)
             rec["by_num_splits"][str(ns)] = {
                 "predicted_splits": pred, "equal_at_predicted": equal_per_seq(emu, out),
                 "equal_without_split": equal_per_seq(one, out),
-                "lse_max_abs_diff": float((emu_lse - lse)[fin].abs().max()) if bool(fin.any()) else None}
+                "lse_max_abs_diff": lse_diff(emu_lse, lse)}
         record.setdefault("validation", []).append(rec)
         summary = {ns: (r.get("predicted_splits", [])[:4], [round(x, 3) for x in r.get("equal_at_predicted", [])[:4]])
                    for ns, r in rec["by_num_splits"].items()}
@@ -189,8 +189,7 @@ def main() -> None:
                 bn = max(rec["block_sweep_acc13_flush"], key=rec["block_sweep_acc13_flush"].get)
                 rec["best_block_n"] = bn
                 acc = AccumulatorModel(13, promote_every=bn)
-                fin = torch.isfinite(emu_lse) & torch.isfinite(runs[1][1])
-                rec["lse_max_abs_diff_no_split"] = float((emu_lse - runs[1][1])[fin].abs().max()) if fin.any() else None
+                rec["lse_max_abs_diff_no_split"] = lse_diff(emu_lse, runs[1][1])
                 per_k = {}
                 for k in range(1, args.max_splits + 1):
                     per_k[k] = emulate(c, bn, k, acc)[0]

@@ -288,9 +288,9 @@ def provider_reasons(
     if device.capability is None:
         if not spec.cpu:
             reasons.append("needs a CUDA GPU; this is the CPU")
-        elif spec.backend == "triton" and not _interpreted(env)[0]:
+        elif spec.backend == "triton" and not (interp := _interpreted(env))[0]:
             reasons.append("on the CPU Triton runs only in its interpreter: set TRITON_INTERPRET=1 before importing "
-                           "triton" + _interpreted(env)[1])
+                           "triton" + interp[1])
     else:
         cap = device.capability
         if not spec.cuda:
