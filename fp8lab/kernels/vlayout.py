@@ -18,11 +18,11 @@ import triton
 import triton.language as tl
 
 from fp8lab.kernels.attention import in_key_order
+from fp8lab.kernels.quantize import GRID_Y_MAX
 
 __all__ = ["transpose_keys"]
 
 BLOCK_S, BLOCK_D = 64, 64
-GRID_Y_MAX = 65535  # CUDA's limit on grid axes 1 and 2
 
 
 @triton.jit
