@@ -16,9 +16,9 @@ version in `KNOWN_GOOD` (checked into the package) the fetch itself refuses a
 file with another checksum. `FP8LAB_VLLM_FA3_LIB=/path/to/_vllm_fa3_C.abi3.so`
 points at a file elsewhere; it too must match the manifest or `KNOWN_GOOD`.
 
-Other routes to the FA3 kernels: `pip install fp8lab[fa3]` (the fa3-fwd wheel,
-module `fa3_fwd_interface`) and `pip install fp8lab[vllm]` (all of vLLM, which
-pins its own torch).
+Other routes to the FA3 kernels: `pip install fa3-fwd==0.0.3` (the `fa3` extra:
+module `fa3_fwd_interface`) and `pip install vllm` (the `vllm` extra: all of vLLM,
+which pins its own torch).
 """
 
 from __future__ import annotations

@@ -147,11 +147,11 @@ class ProviderSpec:
 PROVIDERS: dict[str, ProviderSpec] = {
     s.name: s
     for s in (
-        ProviderSpec("vllm", "fa3", "vllm.vllm_flash_attn.flash_attn_varlen_func(fa_version=3) (pip install fp8lab[vllm])",
+        ProviderSpec("vllm", "fa3", "vllm.vllm_flash_attn.flash_attn_varlen_func(fa_version=3) (pip install vllm)",
                      ("fp8", "bf16", "fp16"), capability_major=9, head_dims="fa3", fp8_pv="flush"),
         ProviderSpec("vllm-so", "fa3", "vLLM's _vllm_fa3_C.abi3.so via torch.ops.load_library (fp8lab fa3 fetch)",
                      ("fp8", "bf16", "fp16"), capability_major=9, head_dims="fa3", fp8_pv="flush"),
-        ProviderSpec("fa3-fwd", "fa3", "fa3_fwd_interface from the fa3-fwd wheel (pip install fp8lab[fa3]); no fp16",
+        ProviderSpec("fa3-fwd", "fa3", "fa3_fwd_interface from the fa3-fwd wheel (pip install fa3-fwd==0.0.3); no fp16",
                      ("fp8", "bf16"), capability_major=9, head_dims="fa3", fp8_pv="mma"),
         ProviderSpec("flash-attn-3", "fa3", "upstream flash_attn_interface built from Dao-AILab/flash-attention hopper/",
                      ("fp8", "bf16", "fp16"), capability_major=9, head_dims="fa3", fp8_pv="mma"),

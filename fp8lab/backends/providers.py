@@ -217,7 +217,7 @@ class VllmFA3(Provider):
 
     def probe(self) -> tuple[bool, str]:
         if importlib.util.find_spec("vllm") is None:
-            return False, "vllm is not installed (pip install fp8lab[vllm])"
+            return False, "vllm is not installed (pip install vllm)"
         mod, err = _import("vllm.vllm_flash_attn.flash_attn_interface")
         if mod is None:
             return False, err
@@ -286,7 +286,7 @@ class FA3Interface(Provider):
     module = "fa3_fwd_interface"
     dist = "fa3-fwd"
     name = "fa3-fwd"
-    install = "pip install fp8lab[fa3]"
+    install = "pip install fa3-fwd==0.0.3"
 
     def probe(self) -> tuple[bool, str]:
         if importlib.util.find_spec(self.module) is None:
