@@ -407,6 +407,32 @@ def test_explain_helpers():
     assert v10["ratio"].between(0.3, 1.5).all()
 
 
+def test_max_offset_sinks_shows_where_the_offset_pays():
+    """No dominant key: the offset changes ~nothing. A sink: it cuts the error several times, most
+    when the sink is among the keys visited first (the last ones; FA3 walks the blocks backwards)."""
+    from functools import partial
+
+    from fp8lab.kernels import explain
+
+    seed = int(torch.randint(0, 2**31 - 1, ()).item())
+    emu = partial(attention_fa3_fp8, block_n=128)
+    df = explain.max_offset_sinks(emu, (0.0, 8.0), seqlen_q=16, seqlen_k=640, heads_q=2, heads_kv=1,
+                                  head_dim=64, seed=seed).set_index(["sink", "gap"])
+    assert df.loc[(0, 0.0), "ratio"] == pytest.approx(1, abs=0.05)
+    assert df.loc[(639, 0.0), "ratio"] == pytest.approx(1, abs=0.05)
+    assert 1.5 < df.loc[(0, 8.0), "ratio"] < df.loc[(639, 8.0), "ratio"], (seed, df)
+    assert df.loc[(0, 0.0), "sink_weight"] < 0.05 < 0.5 < df.loc[(0, 8.0), "sink_weight"]
+    # the callable under test is what runs: the Triton kernel's figures are the emulation's at its block
+    cfg = A.default_config(32)
+    kernel = explain.max_offset_sinks(fp8_attention, (8.0,), sinks=(-1,), seqlen_q=8, seqlen_k=40, heads_q=2,
+                                      heads_kv=1, head_dim=32, seed=seed, device=DEV)
+    emu_k = explain.max_offset_sinks(partial(attention_fa3_fp8, block_n=cfg.block_n), (8.0,), sinks=(-1,),
+                                     seqlen_q=8, seqlen_k=40, heads_q=2, heads_kv=1, head_dim=32, seed=seed, device=DEV)
+    tol = 1e-3 if DEV == "cpu" else 0.15  # the interpreter gives the emulation's bits; a GPU ex2.approx and FMAs
+    for col in ("rel_l2, offset 0", "rel_l2, offset 8"):
+        assert kernel[col][0] == pytest.approx(emu_k[col][0], rel=tol), (seed, col)
+
+
 def test_permuted_keys_make_p_a_register_renaming():
     """FP8 step 5 on the kernel's own `key_order`: with it, each thread's accumulator columns hold
     exactly the keys the e4m3 A operand needs from it; without, 24 of a quad's 32 come from other threads."""

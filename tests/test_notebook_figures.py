@@ -152,6 +152,10 @@ def test_triton_kernel_lesson(executed_notebooks):
     assert f["p_fetched_from_other_threads"] == {"plain": 24, "permute_keys": 0}
     off = f["max_offset_errors"]  # (d): the offset lifts P off the subnormals, yet the output gains a few per cent
     assert off["8.0"] < off["0.0"] < 1.2 * off["8.0"]
+    sinks = f["max_offset_sinks"]  # (d): no sink, no gain; a sink seen first (the last key) gains the most
+    last = max(int(k.split()[1]) for k in sinks)
+    assert all(abs(sinks[f"key {key} gap 0"] - 1) < 0.05 for key in (0, last))
+    assert 1.5 < sinks["key 0 gap 8"] < sinks[f"key {last} gap 8"]
     ratios = f["v10_ratio_to_fa3_fp8"]
     assert len(ratios) == 18 and all(0.3 < r < 1.5 for r in ratios.values())
     gain = f["v19_persistent_gain"]  # persistent programs against one per tile, v19's first run

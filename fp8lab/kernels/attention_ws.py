@@ -41,7 +41,8 @@ structure FlashAttention-3 uses and Triton's compiler does not build by itself:
   p, p + grid, ...; the K/V ring and Q's buffers run on across tiles (Q is released after a
   tile's last QK^T, the last stage after its last PV), so the next tile's loads overlap this
   tile's last MMA and epilogue (v19). With ``dynamic=True`` the next tile is the next one nobody
-  has taken, from an atomic counter as in FA3 (v20): the loader asks at the start of a tile and
+  has taken, from an atomic counter as FA3 does for causal, local and varlen attention (its
+  non-causal programs take fixed lists) (v20): the loader asks at the start of a tile and
   hands the number to the consumers through shared memory; the launch's last program sets the
   counter back to zero. The key-ordered default: the counter, except non-causal at head dim 64
   (fixed lists) (v20, v21). One program per tile, the default for plain V^T, is built without
@@ -249,7 +250,8 @@ def default_ws_config(head_dim: int, causal: bool = False, key_ordered: bool = F
     key_ordered (V^T from `key_ordered_vt`): P crosses the loop packed four e4m3 per word
     (`pack_p`, v12), which frees the registers for FA3's tiles: 192 query rows (three consumers)
     at head_dim 64, 128 keys in three stages at 256; one persistent program per SM (v19: 0-4 %
-    faster non-causal), taking its tiles from FA3's atomic counter, except non-causal at 64 (v20:
+    faster non-causal), taking its tiles from an atomic counter (FA3's for causal attention; FA3
+    keeps fixed lists non-causal), except non-causal at 64 (v20:
     up to 3.9 % faster than fixed lists at 128 and 256, even or slower at 64). Causal tiles differ
     in length; the counter balanced them better than fixed lists (v20) and, over two grids each,
     than one program per tile (v21: 0.964 against 0.953 of FA3 on average). Plain V^T: P crosses in
@@ -312,7 +314,7 @@ if HAVE_GLUON:
     @gluon.jit
     def _ws_next_tile(tile, COUNTER, DYNAMIC: gl.constexpr):
         """The tile a persistent program takes after `tile`: the next of its fixed list (tile + grid),
-        or, DYNAMIC, the next one nobody has taken (FA3's atomic tile counter; programs start with
+        or, DYNAMIC, the next one nobody has taken (FA3's atomic tile counter for causal attention; programs start with
         tiles 0 .. grid-1, so counter value c means tile grid + c)."""
         if DYNAMIC:
             nxt = gl.atomic_add(COUNTER, 1) + gl.num_programs(0)

@@ -21,11 +21,12 @@ from fp8lab.kernels.attention import AttentionConfig, key_order
 from fp8lab.kernels.attention_ws import WsConfig
 from fp8lab.kernels.fp8_rounding import round_to_bf16, round_to_e4m3
 from fp8lab.kernels.quantize import quantize_delayed
-from fp8lab.reference.exact import dequantize
+from fp8lab.metrics import rel_l2
+from fp8lab.reference.exact import attention_exact, dequantize
 from fp8lab.scaling import ScaleStrategy, quantize
 
 __all__ = ["api_overhead", "cast_demo", "pv_accumulation", "consumer_registers", "delayed_kernel_check", "folded_scale_error", "kernel_ratios",
-           "key_order_values", "p_grid_fractions", "p_register_layout", "quant_size_table", "quant_sizes", "quant_split_table", "transpose_v_summary",
+           "key_order_values", "max_offset_sinks", "p_grid_fractions", "p_register_layout", "quant_size_table", "quant_sizes", "quant_split_table", "transpose_v_summary",
            "tuning_record", "v10_record", "v11_record",
            "v12_consumers_record", "v12_record", "v19_persistent_record", "v20_dynamic_record", "v21_causal_grids",
            "v22_quant_profile", "v23_after_compile", "v23_swing", "v_layout_costs", "ws_record"]
@@ -73,6 +74,49 @@ def p_grid_fractions(q, k, q_descale=None, k_descale=None, softmax_scale=None,
             normal=float((p8 >= tiny).double().mean()),
             p_rel_err=float((p8 - p).norm() / p.norm()),
         ))
+    return pd.DataFrame(rows)
+
+
+def sink_inputs(batch: int, seqlen_q: int, seqlen_k: int, heads_q: int, heads_kv: int, head_dim: int,
+                gap: float, generator: torch.Generator, sink: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """e4m3fn q (batch, seqlen_q, heads_q, head_dim), k, v (batch, seqlen_k, heads_kv, head_dim) for
+    unit descales, N(0, 1) but for one dominant key: every query scores key `sink` about `gap` nats
+    above a typical key (q's first channel is 2, k's is 0 except that key's, gap * sqrt(head_dim) / 2)."""
+    q = torch.randn(batch, seqlen_q, heads_q, head_dim, generator=generator)
+    k, v = (torch.randn(batch, seqlen_k, heads_kv, head_dim, generator=generator) for _ in range(2))
+    q[..., 0] = 2.0
+    k[..., 0] = 0.0
+    k[:, sink, :, 0] = gap * head_dim ** 0.5 / 2.0
+    return cast_to_fp8(q), cast_to_fp8(k), cast_to_fp8(v)
+
+
+def max_offset_sinks(attention: Callable, gaps: tuple[float, ...] = (0.0, 4.0, 6.0, 8.0), *,
+                     sinks: tuple[int, ...] = (0, -1), batch: int = 1, seqlen_q: int, seqlen_k: int, heads_q: int,
+                     heads_kv: int, head_dim: int, seed: int = 0, device: str | torch.device = "cpu",
+                     max_offsets: tuple[float, float] = (0.0, 8.0)) -> pd.DataFrame:
+    """The max offset's effect on attention with one dominant key (`sink_inputs`), one row per
+    (sink position, gap).
+
+    attention(q, k, v, q_descale, k_descale, v_descale, max_offset=...) is the kernel under test
+    (`fp8_attention`, or `attention_fa3_fp8` with a `block_n`). sinks: key indices (negative from
+    the end). Every row draws the same values (`seed`); only the sink's score moves. Columns: sink
+    (its key index), gap, sink_weight (its mean softmax weight, float64), the relative L2 error
+    against exact float64 attention at each max offset, and their ratio (first offset / second).
+    """
+    rows = []
+    for sink in sinks:
+        for gap in gaps:
+            q, k, v = (t.to(device) for t in sink_inputs(batch, seqlen_q, seqlen_k, heads_q, heads_kv, head_dim, gap,
+                                                         torch.Generator().manual_seed(seed), sink))
+            ones = torch.ones(batch, heads_kv, device=device)
+            exact = attention_exact(q, k, v, q_descale=ones, k_descale=ones, v_descale=ones)
+            weight = torch.softmax(_scores(q, k, ones, ones, None), -1)[..., sink].mean()
+            row = dict(sink=sink % seqlen_k, gap=gap, sink_weight=float(weight))
+            for off in max_offsets:
+                out = attention(q, k, v, ones, ones, ones, max_offset=off)
+                row[f"rel_l2, offset {off:g}"] = float(rel_l2(out, exact))
+            row["ratio"] = row[f"rel_l2, offset {max_offsets[0]:g}"] / row[f"rel_l2, offset {max_offsets[1]:g}"]
+            rows.append(row)
     return pd.DataFrame(rows)
 
 
