@@ -120,7 +120,7 @@ def bf16_inputs(*shape, scale=1.0):
 # softmax scale with both descales folded in, section (c)):
 
 # %%
-print(A.__doc__.split("Pseudo-code")[1].split("::", 1)[1].split("The accumulator registers")[0])
+print(explain.pseudo_code())
 
 # %% [markdown]
 # Key blocks are visited **from the last to the first**, as FA3 does, in two
@@ -128,6 +128,28 @@ print(A.__doc__.split("Pseudo-code")[1].split("::", 1)[1].split("The accumulator
 # last block), then the fully visible ones, with no mask arithmetic at all (the
 # "on-band split"); blocks wholly above the diagonal are never loaded. Causal masks
 # are aligned bottom-right: query `i` sees keys `j <= i + seqlen_k - seqlen_q`.
+# Walking backwards puts the masked blocks, which sit at the end of a causal row, first: the
+# mask becomes a short prologue and the long loop after it has none.
+#
+# Rescaling by `exp(m_old - m_new)` makes the running result exact whatever the blocks and
+# their order: with every FP8 rounding switched off, the emulation of this algorithm, in
+# float64, equals softmax attention to float64 rounding at any key block, in either order
+# (inputs: random e4m3 values with per-head descales):
+
+# %%
+gen_a = torch.Generator().manual_seed(seed + 1)
+qa, ka, va = (cast_to_fp8(torch.randn(1, n, h, head_dim, generator=gen_a) * 2).to(dev)
+              for n, h in ((seqlen_q, heads_q), (seqlen_k, heads_kv), (seqlen_k, heads_kv)))
+da = [(torch.rand(1, heads_kv, generator=gen_a) + 0.5).to(dev) for _ in range(3)]
+online = explain.online_softmax_check(qa, ka, va, *da, causal=causal)
+record("online_softmax_max_abs_diff", float(online["max_abs_diff"].max()))
+online
+
+# %% [markdown]
+# The order matters only once P is rounded to e4m3: each block's P is cast against the running
+# max of the blocks seen so far, so the visiting order decides which values are rounded how.
+# That is why the emulation must walk the blocks as the kernel does to give its bits, and why
+# (d) finds a dominant key's position mattering.
 #
 # "fp32 registers" in the pseudo-code is what the code asks for. What Hopper's FP8 MMA does
 # with them is less: it keeps about 13 bits as it adds, which sections (n) and (o) measure.
@@ -988,11 +1010,12 @@ pd.DataFrame(headline["probe"]).T.round(4)
 #    the interpreter)? Set `answer_2`.
 # 3. What is the largest P the kernel can produce with FA3's max offset, and is it an
 #    e4m3 value? Set `answer_3` to that P.
-# 4. With `permute_keys`, thread 1 of a quad holds score columns 2, 3, 10, 11, ...: which key
-#    does its column 27 hold? Set `answer_4` (hint: write 27 as 16a + 8b + 2t + e).
+# 4. With `permute_keys` and a block of 64 keys, which key does score column 59 hold? Set
+#    `answer_4` (hint: write 59 as 32g + 16a + 8b + 2t + e; (i)'s table shows the first 32).
 # 5. In `key_ordered_vt(v)`, at which column of its group of 32 is key 22 stored? Set `answer_5`.
-# 6. With `pack_p`, how many 32-bit registers hold P per consumer thread at head dim 64 with 128
-#    keys and three consumers? Set `answer_6`.
+# 6. With `pack_p`, how many 32-bit registers would O, S and P take per consumer thread at head dim
+#    128 with blocks of 256 keys (two consumers), and would that fit the consumers' budget? Set
+#    `answer_6` to the count.
 # 7. With persistent programs on a 132-SM H200, at 4x4096x32x64 non-causal (the default tile of 192
 #    query rows at head dim 64), how many tiles does the busiest program take? Set `answer_7`.
 # 8. With the tile counter (`dynamic=True`), a launch has T tiles and G < T programs. How many atomic
@@ -1006,9 +1029,9 @@ pd.DataFrame(headline["probe"]).T.round(4)
 # 10. At head dim 256, how many fp32 values per thread would O and the flush tile need together in a
 #    tile of 64 query rows per warpgroup, and is that more than a thread's 255 registers? Set
 #    `answer_10` to the count.
-# 11. With `transpose_v`, a transposer thread with t = 1 reads four keys of each group of 16 so that its
-#    4 x 4 byte transpose gives words of consecutive V^T positions. Which keys of the first group?
-#    Set `answer_11` to their sorted list (hint: exercise 5's mapping, backwards).
+# 11. With `transpose_v`, a transposer thread with t = 2 reads four keys of each group of 16 so that its
+#    4 x 4 byte transpose gives words of consecutive V^T positions. Which keys of the second group
+#    (keys 16-31)? Set `answer_11` to their sorted list (hint: exercise 5's mapping, backwards).
 
 # %%
 answer_1 = None  # a ratio
@@ -1034,11 +1057,11 @@ if answer_2 is None:
 if answer_3 is None:
     answer_3 = 2.0 ** A.FA3_MAX_OFFSET  # exp2(s - (max - 8)) at s = max
 if answer_4 is None:
-    answer_4 = 16 * 1 + 4 * 1 + 2 * 1 + 1  # 27 = 16a + 8b + 2t + e with a=1, b=1, t=1, e=1 -> 16a + 4t + 2b + e
+    answer_4 = 32 * 1 + 16 * 1 + 4 * 1 + 2 * 1 + 1  # 59 = 32g + 16a + 8b + 2t + e, all 1 -> 32g + 16a + 4t + 2b + e
 if answer_5 is None:
     answer_5 = 16 * 1 + 4 * 3 + 2 * 0 + 0  # key 22 = 16a + 8b + 2t + e with a=1, t=3 -> column 16a + 4t + 2b + e
 if answer_6 is None:
-    answer_6 = 64 * 128 // 128 // 4  # 64 rows x 128 keys over 128 threads, four per word; consumers do not matter
+    answer_6 = 64 * 128 // 128 + 64 * 256 // 128 + 64 * 256 // 128 // 4  # O + S + packed P: 64 + 128 + 32 = 224 < 240
 if answer_7 is None:
     answer_7 = math.ceil(math.ceil(4096 / 192) * 4 * 32 / 132)  # 22 query blocks x 4 x 32 = 2816 tiles over 132
 if answer_8 is None:
@@ -1049,7 +1072,7 @@ if answer_9 is None:
 if answer_10 is None:
     answer_10 = 2 * 64 * 256 // 128  # O and the P V tile: 64 rows x 256 columns over 128 threads, each
 if answer_11 is None:
-    answer_11 = sorted(8 * b + 2 * 1 + e for b in (0, 1) for e in (0, 1))  # positions 4t + 2b + e, t = 1
+    answer_11 = sorted(16 + 8 * b + 2 * 2 + e for b in (0, 1) for e in (0, 1))  # positions 16 + 4t + 2b + e, t = 2
 
 # %%
 mid = explain.max_offset_sinks(sink_attention, (8.0,), sinks=(sink_sizes["seqlen_k"] // 2,), **sink_sizes)
@@ -1058,10 +1081,10 @@ if dev.type == "cpu":
     emu2 = attention_fa3_fp8(q8, k8, v8, qd, kd, vd, causal=causal, block_n=answer_2)
     assert ulps_apart(emu2, fp8_attention(q8, k8, v8, qd, kd, vd, causal=causal)).max() <= 1, "not the kernel's block_n"
 assert cast_to_fp8(torch.tensor([answer_3])).item() == answer_3 == 2.0 ** 8, "P = 2^max_offset at the row max"
-held = layout.loc[1, "keys held, permute_keys"][layout.loc[1, "accumulator columns"].index(27)]
-assert answer_4 == held, "the kernel's key_order puts another key in column 27"
+assert answer_4 == int(explain.key_order_values(64, device=dev)[59]), "the kernel's key_order puts another key in column 59"
 assert answer_5 == int(landing[22]), "key_ordered_vt stores key 22 elsewhere"
-assert answer_6 == explain.consumer_registers(64, 128, consumers=3)["p_packed"], "count P's values per thread, /4"
+regs6 = explain.consumer_registers(128, 256, consumers=2)
+assert answer_6 == regs6["o"] + regs6["s"] + regs6["p_packed"], "O's, S's and packed P's values per thread (P: /4)"
 cfg7 = WsConfig(block_n=128, stages=3, pack_p=True, consumers=3, persistent=True)
 assert cfg7 == default_ws_config(64, False, key_ordered=True), "not the default tile any more: update exercise 7"
 assert answer_7 == math.ceil(math.ceil(4096 / cfg7.block_m) * 4 * 32 / 132), "tiles = query blocks x batch x heads"
@@ -1074,11 +1097,11 @@ assert answer_9[0] in A.AttentionConfig.__dataclass_fields__ and getattr(
 assert abs(answer_9[1] - kept) < 0.02, f"read it from flush_speed, column {flush_label!r}: {kept:.3f}"
 regs10 = explain.flush_registers(replace(A.gpu_config(256, False), pv_flush=True), 256)
 assert answer_10 == regs10["o"] + regs10["pv_tile"] > regs10["budget"], "O's and the P V tile's values, per thread"
-assert list(answer_11) == sorted(key for key in range(16) if int(landing[key]) in range(4, 8)), \
-    "the keys key_ordered_vt stores at positions 4 .. 7"
+assert list(answer_11) == sorted(key for key in range(16, 32) if int(landing[key]) in range(24, 28)), \
+    "the keys key_ordered_vt stores at positions 24 .. 27"
 print(f"9: {answer_9[0]}, {answer_9[1]:.2f} of the speed   10: {answer_10} values for 255 registers   "
       f"11: keys {list(answer_11)}")
 print(f"1: {answer_1:.3f}x   2: block_n {answer_2}   3: {answer_3:.0f}   4: key {answer_4}   5: column {answer_5}   "
-      f"6: {answer_6} registers   7: {answer_7} tiles   8: {answer_8} atomic adds")
+      f"6: {answer_6} registers of {regs6['budget']}   7: {answer_7} tiles   8: {answer_8} atomic adds")
 print(exercise_note(_by_solution))
 

@@ -396,6 +396,10 @@ def test_explain_helpers():
     assert frac.loc[0, "zero"] > frac.loc[1, "zero"]  # the offset rescues underflowing P
     assert abs(frac[["zero", "subnormal", "normal"]].sum(axis=1) - 1).max() < 1e-12
     assert explain.folded_scale_error(q, k, qd, kd) < 1e-12
+    assert "from the last to the first" in explain.pseudo_code()
+    v = fp8(gen, 1, 64, 1, 32)
+    online = explain.online_softmax_check(q, k, v, qd, kd, kd, causal=True, block_ns=(16, 48))
+    assert len(online) == 4 and online["max_abs_diff"].max() < 1e-10  # float64: exact up to rounding
     rec = explain.tuning_record(Path(__file__).parents[1] / "results" / "h200")
     assert {"v1", "v2"} <= set(rec["version"]) and (rec["tflops"] > 100).all()
     ws = explain.ws_record(Path(__file__).parents[1] / "results" / "h200")

@@ -152,6 +152,7 @@ def test_triton_kernel_lesson(executed_notebooks):
     assert f["p_fetched_from_other_threads"] == {"plain": 24, "permute_keys": 0}
     off = f["max_offset_errors"]  # (d): the offset lifts P off the subnormals, yet the output gains a few per cent
     assert off["8.0"] < off["0.0"] < 1.2 * off["8.0"]
+    assert f["online_softmax_max_abs_diff"] < 1e-10  # (a): the block-by-block softmax is softmax
     sinks = f["max_offset_sinks"]  # (d): no sink, no gain; a sink seen first (the last key) gains the most
     last = max(int(k.split()[1]) for k in sinks)
     assert all(abs(sinks[f"key {key} gap 0"] - 1) < 0.05 for key in (0, last))

@@ -26,7 +26,7 @@ from fp8lab.reference.exact import attention_exact, dequantize
 from fp8lab.scaling import ScaleStrategy, quantize
 
 __all__ = ["api_overhead", "cast_demo", "pv_accumulation", "consumer_registers", "delayed_kernel_check", "folded_scale_error", "kernel_ratios",
-           "key_order_values", "max_offset_sinks", "p_grid_fractions", "p_register_layout", "quant_size_table", "quant_sizes", "quant_split_table", "transpose_v_summary",
+           "key_order_values", "max_offset_sinks", "online_softmax_check", "p_grid_fractions", "pseudo_code", "p_register_layout", "quant_size_table", "quant_sizes", "quant_split_table", "transpose_v_summary",
            "tuning_record", "v10_record", "v11_record",
            "v12_consumers_record", "v12_record", "v19_persistent_record", "v20_dynamic_record", "v21_causal_grids",
            "v22_quant_profile", "v23_after_compile", "v23_swing", "v_layout_costs", "ws_record"]
@@ -74,6 +74,34 @@ def p_grid_fractions(q, k, q_descale=None, k_descale=None, softmax_scale=None,
             normal=float((p8 >= tiny).double().mean()),
             p_rel_err=float((p8 - p).norm() / p.norm()),
         ))
+    return pd.DataFrame(rows)
+
+
+def pseudo_code() -> str:
+    """The Triton kernel's algorithm in pseudo-code, as its module docstring states it."""
+    from fp8lab.kernels import attention
+
+    doc = attention.__doc__ or ""
+    if "Pseudo-code" not in doc or "The accumulator registers" not in doc:
+        raise RuntimeError("fp8lab.kernels.attention's docstring lost its pseudo-code section")
+    return doc.split("Pseudo-code")[1].split("::", 1)[1].split("The accumulator registers")[0]
+
+
+def online_softmax_check(q, k, v, q_descale=None, k_descale=None, v_descale=None, *, causal: bool = False,
+                         block_ns: tuple[int, ...] = (16, 32, 128)) -> pd.DataFrame:
+    """The online softmax is softmax: FA3's block-by-block algorithm with every FP8 rounding off
+    (`FA3Steps.exact()`), in float64, against exact attention, per key block and visiting order.
+    Columns: block_n, order ("last to first", FA3's, or "first to last"), max_abs_diff."""
+    from fp8lab.reference import FA3Steps, attention_fa3_fp8
+
+    exact = attention_exact(q, k, v, q_descale=q_descale, k_descale=k_descale, v_descale=v_descale, causal=causal)
+    rows = []
+    for block_n in block_ns:
+        for reverse in (True, False):
+            out = attention_fa3_fp8(q, k, v, q_descale, k_descale, v_descale, causal=causal, block_n=block_n,
+                                    reverse_blocks=reverse, steps=FA3Steps.exact())
+            rows.append(dict(block_n=block_n, order="last to first" if reverse else "first to last",
+                             max_abs_diff=float((out.double() - exact.double()).abs().max())))
     return pd.DataFrame(rows)
 
 
