@@ -202,10 +202,8 @@ errors
 # here was told our kernel's `block_n`, and the block size moves every rescale and every P cast.
 
 # %%
-corr = bench.records_frame(rdir, "correctness")
-corr = corr[(corr["version"] == "v2") & (corr["variant"] == "transposed")].copy()
-corr["fa3_ratio"] = corr["fa3_vs_emu"] / corr["emu_vs_exact"]
-corr[["case", "ours_vs_emu", "emu_vs_exact", "ratio", "fa3_vs_emu", "fa3_ratio"]]
+corr = explain.correctness_record(rdir, "v2")
+corr
 
 # %% [markdown]
 # ## (c) FP8 step 1: descale folding

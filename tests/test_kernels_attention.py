@@ -400,6 +400,11 @@ def test_explain_helpers():
     v = fp8(gen, 1, 64, 1, 32)
     online = explain.online_softmax_check(q, k, v, qd, kd, kd, causal=True, block_ns=(16, 48))
     assert len(online) == 4 and online["max_abs_diff"].max() < 1e-10  # float64: exact up to rounding
+    corr = explain.correctness_record(Path(__file__).parents[1] / "results" / "h200", "v2")
+    assert len(corr) == 11 and corr["ratio"].between(0.05, 0.6).all()  # within the emulation's own error
+    assert (corr["fa3_ratio"].dropna() > corr["ratio"][corr["fa3_ratio"].notna()]).all()  # FA3 sits further away
+    with pytest.raises(ValueError, match="no correctness record"):
+        explain.correctness_record(Path(__file__).parents[1] / "results" / "h200", "v99")
     rec = explain.tuning_record(Path(__file__).parents[1] / "results" / "h200")
     assert {"v1", "v2"} <= set(rec["version"]) and (rec["tflops"] > 100).all()
     ws = explain.ws_record(Path(__file__).parents[1] / "results" / "h200")

@@ -25,7 +25,7 @@ from fp8lab.metrics import rel_l2
 from fp8lab.reference.exact import attention_exact, dequantize
 from fp8lab.scaling import ScaleStrategy, quantize
 
-__all__ = ["api_overhead", "cast_demo", "pv_accumulation", "consumer_registers", "delayed_kernel_check", "folded_scale_error", "kernel_ratios",
+__all__ = ["api_overhead", "cast_demo", "pv_accumulation", "consumer_registers", "correctness_record", "delayed_kernel_check", "folded_scale_error", "kernel_ratios",
            "key_order_values", "max_offset_sinks", "online_softmax_check", "p_grid_fractions", "pseudo_code", "p_register_layout", "quant_size_table", "quant_sizes", "quant_split_table", "transpose_v_summary",
            "tuning_record", "v10_record", "v11_record",
            "v12_consumers_record", "v12_record", "v19_persistent_record", "v20_dynamic_record", "v21_causal_grids",
@@ -146,6 +146,18 @@ def max_offset_sinks(attention: Callable, gaps: tuple[float, ...] = (0.0, 4.0, 6
             row["ratio"] = row[f"rel_l2, offset {max_offsets[0]:g}"] / row[f"rel_l2, offset {max_offsets[1]:g}"]
             rows.append(row)
     return pd.DataFrame(rows)
+
+
+def correctness_record(results_dir: str | Path, version: str = "v2", variant: str = "transposed") -> pd.DataFrame:
+    """The record's GPU correctness check of one kernel version: per case, the kernel's and FA3's
+    relative L2 distance from the emulation, and each as a fraction of the emulation's own error
+    (`ratio` = ours_vs_emu / emu_vs_exact, `fa3_ratio` = fa3_vs_emu / emu_vs_exact)."""
+    corr = records_frame(results_dir, "correctness")
+    corr = corr[(corr["version"] == version) & (corr["variant"] == variant)].copy()
+    if corr.empty:
+        raise ValueError(f"no correctness record for version {version!r}, variant {variant!r} in {results_dir}")
+    corr["fa3_ratio"] = corr["fa3_vs_emu"] / corr["emu_vs_exact"]
+    return corr[["case", "ours_vs_emu", "emu_vs_exact", "ratio", "fa3_vs_emu", "fa3_ratio"]].reset_index(drop=True)
 
 
 def tuning_record(results_dir: str | Path) -> pd.DataFrame:
