@@ -103,7 +103,8 @@ def test_kv_cache(executed_notebooks):
     for scales in ("checkpoint (amax/448)", "default 1.0", "dynamic (amax/200, /100)"):
         # FA3's FP8 math adds Q and P quantization on top of the storage error.
         assert err[f"{scales} | dequantized"] < err[f"{scales} | fa3_fp8"] < 1.0
-    assert err["checkpoint (amax/448) | fa3_fp8"] <= err["dynamic (amax/200, /100) | fa3_fp8"]
+    moved = f["decode_fa3_fp8_vs_dequantized"]  # FP8 math moves the output by no small share of storage's error
+    assert set(moved) == set(q_cast) and all(0.2 < moved[s] / err[f"{s} | dequantized"] < 3 for s in moved)
     # under CUDA-graph capture only providers that read cu_seqlens on the device take a varlen FP8 call
     assert set(f["captured_varlen_fp8_providers"]) == {"vllm", "vllm-so", "fa3-fwd", "flash-attn-3", "triton"}
     h200 = f["graph_h200_captured"]  # the H200's record: every capture replayed the eager call's bits

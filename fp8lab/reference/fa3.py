@@ -200,7 +200,10 @@ def fa3_block_n(
     from its source. decode=True (vllm flavor, FP8): a call whose query tile holds at most
     64 rows (seqlen_q * heads_q / heads_kv <= 64, as in decode), where vLLM's library runs
     one MMA warpgroup at head dim 128 (FA3's `use_one_mma_wg`): 96 keys, measured as above on
-    paged decode (results/h200/decode_fidelity.json); upstream's FP8 tiles ignore it.
+    paged decode (results/h200/decode_fidelity.json). vLLM's fork takes this tile in its
+    tile_size.h (FP8, `use_one_mma_wg`: 64 x 96 at head dim 128), and newer FA3 sources may; the
+    "upstream" flavor keeps the plain tile (fa3-fwd 0.0.3's, measured on prefill in fidelity.json;
+    its decode tile was not measured).
     """
     d, dv = head_dim, head_dim if head_dim_v is None else head_dim_v
     if flavor not in ("upstream", "vllm"):
