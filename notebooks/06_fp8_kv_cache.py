@@ -243,7 +243,10 @@ assert torch.equal(out_view, out_copy)
 # ## 6. Why not e5m2?
 #
 # e5m2 has more range but one mantissa bit less. FA3's FP8 kernel takes e4m3
-# only, so vLLM refuses `fp8_e5m2` for the FlashAttention backend:
+# only, so vLLM refuses `fp8_e5m2` for the FlashAttention backend
+# (`FlashAttentionBackend.get_fp8_dtype_for_flashattn` in vllm/v1/attention/backends/flash_attn.py
+# maps "fp8" and "fp8_e4m3" to `torch.float8_e4m3fn` and raises "Unrecognized FP8 dtype" for the
+# rest). `kvcache.cache_torch_dtype` follows that rule:
 
 # %%
 try:
