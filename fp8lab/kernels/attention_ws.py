@@ -314,8 +314,8 @@ if HAVE_GLUON:
     @gluon.jit
     def _ws_next_tile(tile, COUNTER, DYNAMIC: gl.constexpr):
         """The tile a persistent program takes after `tile`: the next of its fixed list (tile + grid),
-        or, DYNAMIC, the next one nobody has taken (FA3's atomic tile counter for causal attention; programs start with
-        tiles 0 .. grid-1, so counter value c means tile grid + c)."""
+        or, DYNAMIC, the next one nobody has taken (FA3's atomic tile counter for causal attention;
+        programs start with tiles 0 .. grid-1, so counter value c means tile grid + c)."""
         if DYNAMIC:
             nxt = gl.atomic_add(COUNTER, 1) + gl.num_programs(0)
         else:

@@ -26,7 +26,7 @@ from fp8lab.reference.exact import attention_exact, dequantize
 from fp8lab.scaling import ScaleStrategy, quantize
 
 __all__ = ["api_overhead", "cast_demo", "pv_accumulation", "consumer_registers", "correctness_record", "delayed_kernel_check", "folded_scale_error", "kernel_ratios",
-           "key_order_values", "max_offset_sinks", "online_softmax_check", "p_grid_fractions", "pseudo_code", "p_register_layout", "quant_size_table", "quant_sizes", "quant_split_table", "transpose_v_summary",
+           "key_order_values", "max_offset_sinks", "online_softmax_check", "p_grid_fractions", "pseudo_code", "p_register_layout", "quant_size_table", "quant_sizes", "quant_split_table", "sink_inputs", "transpose_v_summary",
            "tuning_record", "v10_record", "v11_record",
            "v12_consumers_record", "v12_record", "v19_persistent_record", "v20_dynamic_record", "v21_causal_grids",
            "v22_quant_profile", "v23_after_compile", "v23_swing", "v_layout_costs", "ws_record"]
