@@ -109,6 +109,13 @@ def exp2_ceiling_tflops(head_dim: int, sms: int = 132, clock_ghz: float = 1.98, 
     return sms * clock_ghz * 1e9 * exp2_per_clock * 4 * head_dim / 1e12
 
 
+def mma_peak_tflops(sms: int = 132, clock_ghz: float = 1.98, flop_per_clock: int = 8192) -> float:
+    """Dense tensor-core peak (a model): `flop_per_clock` per SM per clock, 8192 for FP8 on Hopper
+    (4096 for bf16). NVIDIA's datasheet figures are this at 1.83 GHz (1979 FP8, 989 bf16 TFLOP/s);
+    compared with `exp2_ceiling_tflops` at the same clock, the two meet at head_dim 128 for FP8."""
+    return sms * clock_ghz * 1e9 * flop_per_clock / 1e12
+
+
 # Ceilings measured on the same H200 (fp8-attention-facts.md section 6, 2026-11-29) and the datasheet.
 H200_CEILINGS = {
     "FP8 GEMM (torch._scaled_mm, 8192^3)": 1308.0,

@@ -271,9 +271,11 @@ record("delayed_summary", summary.round(3).to_dict())
 summary
 
 # %% [markdown]
-# * While the range grows a few % per step, the newest amax is also the largest, so both
-#   `most_recent` and `max` quantize with a descale that is one step too small: the
-#   largest values clamp at 448 on many steps (`steps_with_saturation`).
+# * `most_recent` clamps whenever this step's amax beats the last one's: with 4096 values per
+#   step the amax moves about 13 % from step to step by sampling alone, so that is about every
+#   other step, growth or not (`steps_with_saturation`). `max` over the history clamps far less
+#   often: only when the slow growth carries the amax past every recent one. Either way only the
+#   few values above the old amax clamp, a tiny fraction, and the SQNR barely moves.
 # * At the ×8 jump the descale was built from amaxes 8× smaller: everything above
 #   `448 · descale` clamps and that step's SQNR collapses (`worst_sqnr_db`). One step
 #   later the history has caught up.
@@ -288,8 +290,8 @@ summary
 # and records the amax for the next step on the way: one pass.
 # `fp8lab.kernels.quantize_delayed(x, strategy)` is that kernel (Triton; here in its CPU
 # interpreter). On an H200 it runs at 0.89-0.90 of a copy's bandwidth at 128 MiB, per head or
-# per tensor, where current scaling reaches 0.78-0.90 per head and 0.60 per tensor (notebook 07,
-# section e). It gives the reference's bits and descales, step after step, through the jump above:
+# per tensor, where current scaling reaches 0.78-0.90 per head and 0.56-0.61 per tensor
+# (notebook 07, section e). It gives the reference's bits and descales, step after step, through the jump above:
 
 # %%
 import os  # noqa: E402
@@ -310,7 +312,8 @@ same
 # ## 5. Power-of-two descales
 #
 # Rounding the descale up to a power of two makes dequantization an exact exponent
-# shift (MX formats' e8m0 scales, torchao's option). It wastes up to one binade at the
+# shift (e8m0 scales rounded up, as NVIDIA's MXFP8 recipe in TransformerEngine does, and
+# torchao's option; the OCP MX spec floors the exponent instead, which can saturate). It wastes up to one binade at the
 # top of the range: the amax lands anywhere in (224, 448] instead of on 448.
 
 # %%
@@ -350,7 +353,9 @@ pow2_table
 # * For a float format, granularity matters when a shared scale pushes part of the
 #   tensor into the subnormals: heads with different ranges, not outliers as such.
 #   Look at the worst head, not only at the whole-tensor SQNR.
-# * Calibration by max is hard to beat for e4m3; percentile clipping hurts heavy tails.
+# * As a calibration method, max beats percentile clipping (which hurts heavy tails) and MSE
+#   for e4m3; but any static scale saturates when serving data exceeds the calibration max, so
+#   it needs headroom (a margin), and current scales beat it where tensors vary.
 # * Delayed scaling is one step late by construction: it saturates on range jumps
 #   and holds stale large scales for `history_len` steps after a drop. What it buys is
 #   one pass over the data (`fp8lab.kernels.quantize_delayed`).

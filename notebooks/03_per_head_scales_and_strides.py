@@ -21,7 +21,7 @@ kernel_tokens: int = 128  # tokens section 2's kernel runs on (on a CPU it runs 
 heads_q: int = 16  # query heads
 heads_kv: int = 4  # KV heads (GQA groups of heads_q // heads_kv)
 head_dim: int = 128  # channels per head
-spreads_log2: tuple = (0, 4, 8, 12, 16, 20)  # head-range spreads to sweep: heads span 2^-s/2 .. 2^s/2
+spreads_log2: tuple = (0, 4, 8, 12, 16, 20)  # head-range spreads to sweep: heads span 2^(-s/2) .. 2^(s/2)
 seed: int = 0
 
 # %% [markdown]
@@ -299,8 +299,8 @@ pd.Series(token_rows, name="K SQNR (dB)").to_frame()
 #
 # vLLM resolves a checkpoint's optional `q_scale`, `k_scale`, `v_scale`, `kv_scale`,
 # `prob_scale` (all descales) in `BaseKVCacheMethod.process_weights_after_loading`:
-# missing k/v → 1.0; one kv_scale → both; missing q → k_scale (the TRT-LLM convention),
-# with a warning. A later block of the same function then sets q to 1.0 because the
+# (with an FP8 cache and scales not computed at run time) both k and v missing → 1.0; one
+# kv_scale → both; missing q → k_scale, with a warning. A later block of the same function then sets q to 1.0 because the
 # checkpoint had none, overwriting the fallback (vLLM PRs #38975 and #51534).
 # `resolve_checkpoint_scales(..., emulate="vllm")` reproduces that; the default is the intended behaviour.
 

@@ -302,3 +302,15 @@ def test_case_calls_on_the_cpu_run_the_triton_kernel_on_seeded_inputs():
     assert more["m16n16"]().equal(out)  # the interpreter's default is the same 16 x 16 tile
     with pytest.raises(TypeError, match="configs\\['x'\\]: expected an AttentionConfig or a WsConfig, got dict"):
         bench.case_calls(case, device="cpu", configs={"x": {}})
+
+
+def test_mma_peak_and_exp2_ceiling_meet_at_head_dim_128():
+    """The datasheet's dense peaks are 8192 (FP8) and 4096 (bf16) FLOP per SM per clock at 1.83 GHz;
+    at any one clock the exp2 unit (16 per clock, one per score of 4d FLOPs) matches FP8 at d=128."""
+    from fp8lab import bench
+
+    assert bench.mma_peak_tflops(clock_ghz=1.83) == pytest.approx(1979, rel=1e-3)
+    assert bench.mma_peak_tflops(clock_ghz=1.83, flop_per_clock=4096) == pytest.approx(989, rel=1e-3)
+    for ghz in (1.98, 1.65):
+        assert bench.exp2_ceiling_tflops(128, clock_ghz=ghz) == pytest.approx(bench.mma_peak_tflops(clock_ghz=ghz))
+        assert bench.exp2_ceiling_tflops(64, clock_ghz=ghz) < bench.mma_peak_tflops(clock_ghz=ghz)

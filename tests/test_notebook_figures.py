@@ -130,6 +130,9 @@ def test_scale_strategies(executed_notebooks):
     assert abs(rest["outlier_channels|token / current"] - rest["outlier_channels|channel / current"]) < 0.5
     same = f["delayed_kernel_same"]  # the one-pass kernel against the reference, every step through a jump
     assert len(same["same_bits"]) == 2 and all(v == 1.0 for col in same.values() for v in col.values())
+    sat = f["delayed_summary"]["steps_with_saturation"]  # most_recent clamps on sampling noise, max less often
+    (hist_max,) = [v for k, v in sat.items() if k.startswith("delayed max") and "margin" not in k]
+    assert sat["delayed most_recent"] > hist_max
     cost = f["pow2_cost_db"]  # power-of-two descales: well under a bit (6.02 dB) on every distribution
     assert len(cost) == 5 and max(abs(c) for c in cost.values()) < 3.0 and abs(cost["normal"]) < 0.3
 
