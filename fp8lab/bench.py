@@ -136,7 +136,10 @@ def one_pass_bound(x_bytes: float, held_bytes: float, in_bytes: int = 2, out_byt
     """The largest fraction of copy speed that current (dynamic) per-tensor quantization of x can reach
     when `held_bytes` of x stay on chip until the amax is known: the cast of the first value needs the
     amax of the last, so the rest of x is read from HBM twice. Useful bytes: x read once and y
-    written (x_bytes / in_bytes values of out_bytes); moved: those plus the second read."""
+    written (x_bytes / in_bytes values of out_bytes); moved: those plus the second read. A model at
+    the copy's rate with every second read from HBM: L2 (50 MiB on an H200) can serve part of the
+    second pass, which is how two passes, the second walking x backwards (v23), measured 0.606-0.607
+    at 128 MiB in v25's run where this gives 0.600."""
     if x_bytes <= 0 or held_bytes < 0:
         raise ValueError(f"expected x_bytes > 0 and held_bytes >= 0, got {x_bytes} and {held_bytes}")
     useful = x_bytes + x_bytes / in_bytes * out_bytes

@@ -757,8 +757,9 @@ else:
 #    which also carries the traffic), what does `bench.one_pass_bound` (read its docstring) give
 #    for x of 32 MiB and of 512 MiB of bf16? Set `answer_5` to the two bounds. From which size of x
 #    is 85 % out of reach (`bench.held_for`), and towards what does the bound fall as x grows?
-# 6. At the copy rate of v25's run (printed above its split table in (e)), what is the least time
-#    in which any kernel can quantize 128 MiB of bf16 to e4m3, counting the bytes read plus written? How
+# 6. At the copy rate of v25's run (printed above its split table in (e)), how long does moving the
+#    bytes of quantizing 128 MiB of bf16 to e4m3 take, reads plus writes (a floor at the copy's rate,
+#    not the HBM's: the datasheet's 4.8 TB/s would give less)? How
 #    many times that is the fastest v25 timing at 128 MiB (hint: a fraction of copy is the copy's
 #    time for the same bytes over the kernel's)? Set `answer_6` to (microseconds, that ratio).
 
