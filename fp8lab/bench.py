@@ -431,14 +431,21 @@ def load_results(path: str | Path) -> dict:
 
 
 def records_frame(directory: str | Path, section: str = "grid"):
-    """All `bench_v*_<section>.json` files under `directory` as one pandas DataFrame with a
-    `version` column (v1, v2, ...) and the run's date and GPU."""
+    """All `bench_v<N>_<section>.json` files under `directory` as one pandas DataFrame with a
+    `version` column (v1, v2, v8a, ...) and the run's date and GPU. Only that exact name: "grid" reads
+    `bench_v23_grid.json`, not `bench_v23_grid_run2.json` or `bench_v28_pv_flush_grid.json`."""
+    import re
+
     import pandas as pd
 
+    pattern = re.compile(rf"bench_(v\d+[a-z]?)_{re.escape(section)}\.json")
     frames = []
     for path in sorted(Path(directory).glob(f"bench_v*_{section}.json")):
+        match = pattern.fullmatch(path.name)
+        if match is None:
+            continue
         data = load_results(path)
-        version = path.name.split("_")[1]
+        version = match.group(1)
         df = pd.DataFrame(data["rows"])
         df.insert(0, "version", version)
         df["date"] = data["context"].get("date")

@@ -314,3 +314,14 @@ def test_mma_peak_and_exp2_ceiling_meet_at_head_dim_128():
     for ghz in (1.98, 1.65):
         assert bench.exp2_ceiling_tflops(128, clock_ghz=ghz) == pytest.approx(bench.mma_peak_tflops(clock_ghz=ghz))
         assert bench.exp2_ceiling_tflops(64, clock_ghz=ghz) < bench.mma_peak_tflops(clock_ghz=ghz)
+
+
+def test_records_frame_reads_exact_names_only():
+    """`records_frame(d, "grid")` reads bench_v<N>_grid.json, not another section whose name ends
+    alike (bench_v28_pv_flush_grid.json) nor a rerun (bench_v23_grid_run2.json); letter suffixes
+    of a version (v8a) stay."""
+    rdir = env.results_dir()
+    grid = bench.records_frame(rdir, "grid")
+    assert "v23" in set(grid["version"]) and "v28" not in set(grid["version"])
+    assert len(grid[grid["version"] == "v23"]) == len(bench.load_results(rdir / "bench_v23_grid.json")["rows"])
+    assert {"v8", "v8a", "v8b", "v9"} <= set(bench.records_frame(rdir, "ws")["version"])
