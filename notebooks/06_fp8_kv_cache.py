@@ -197,11 +197,12 @@ pairs
 # Read it pair by pair. `fa3_fp8 adds` compares two errors against exact attention: at the full
 # sizes `fa3_fp8`'s is only a little larger than storage's. That does not mean FP8 math changes the
 # output little: errors do not add, and `fa3_fp8 vs dequantized` (the second printed line) measures
-# the change directly, a little under half the size of the storage error, mostly in directions that do not
-# lengthen the distance from exact. (At the smoke sizes' two short sequences the first figure moves
-# more with the draw; it can even come out negative, where roundings happen to cancel.) The decode error is several times the storage error of section 3
-# (the first line's second range) because these random Q and K give sharp softmaxes, in which a few keys carry
-# each query's weight, and a small change to K moves weight between them. The differences between
+# the change directly, a little under half the size of the storage error, mostly in directions
+# that do not lengthen the distance from exact. (At the smoke sizes' two short sequences the first
+# figure moves more with the draw; it can even come out negative, where roundings happen to
+# cancel.) The decode error is several times the storage error of section 3 (the first line's
+# second range) because these random Q and K give sharp softmaxes, in which a few keys carry each
+# query's weight, and a small change to K moves weight between them. The differences between
 # the rows are within what another seed changes (their order moves from seed to seed).
 #
 # The k/v-only checkpoint is no exception, either way: its Q casts lose what every other row's does
@@ -481,9 +482,9 @@ pd.DataFrame(headline["probe"]).T
 #   error here (a rel. L2 of about 0.026, 2^-5.3: e4m3 rounds by at most 1/17 of a value, about
 #   half that in RMS terms). Storing a value as ±448 is not clipping it: with amax/448, each tensor's largest
 #   value lands there exactly (`clipped %` counts the values beyond 448 before the cast).
-# * FA3's FP8 path adds Q's and P's quantization on top of the storage error (section 4: it moves the
-#   output about half as far as storage does, though the error against exact grows less), where every Q scale keeps Q in range (vLLM's 1.0 for
-#   k/v-only checkpoints included). Over long contexts it adds one more: Hopper's FP8 MMA keeps about
+# * FA3's FP8 path adds Q's and P's quantization on top of the storage error (section 4: it moves
+#   the output a little under half as far as storage does, though the error against exact grows
+#   less), where every Q scale keeps Q in range (vLLM's 1.0 for k/v-only checkpoints included). Over long contexts it adds one more: Hopper's FP8 MMA keeps about
 #   13 bits of O's running sum, so upstream FA3's error (fa3-fwd) grows with the keys, where vLLM's
 #   FA3, which adds each key block to O in fp32, stays flat (the table above the summary);
 #   `fp8lab.attention(..., pv_flush=True)` does the same with our kernels.
