@@ -205,7 +205,8 @@ def capture_graph(fn: Callable[[], object]) -> tuple[torch.cuda.CUDAGraph, objec
 
 def median_ms_graph(fn: Callable[[], object], rep_ms: int = 100) -> float:
     """Median milliseconds of `fn()` replayed from a captured CUDA graph: the kernels' own time,
-    without the host's launch overhead (which dominates kernels of tens of microseconds)."""
+    without the host's launch overhead (which dominates kernels of tens of microseconds). The
+    replays run back to back with no L2 flush: data that fits in L2 is timed partly from it."""
     from triton.testing import do_bench_cudagraph
 
     return float(do_bench_cudagraph(fn, rep=rep_ms, return_mode="median"))
