@@ -355,6 +355,22 @@ display(fallback.pivot(index="q_amax", columns="mode", values=["rel_l2", "q_satu
 # and costly for those whose Q lives far from that range, which is exactly when a
 # calibrated fallback matters.
 #
+# And the fallback itself has a cost where its premise fails. Keep Q's range at 10 and give K a
+# range `q_over_k` times smaller or larger: the k_scale fallback is then off by that ratio.
+
+# %%
+ratios = [1 / 64, 1 / 8, 1.0, 8.0, 64.0]
+broken = pd.concat([fallback_sweep(q, k, v, [10.0], causal=True, q_over_k=r) for r in ratios])
+record("fallback_q_over_k_rel_l2", {f"{r:g}": row.to_dict() for r, row in
+                                    broken.pivot(index="q_over_k", columns="mode", values="rel_l2").iterrows()})
+broken.pivot(index="q_over_k", columns="mode", values=["rel_l2", "q_saturated"])
+
+# %% [markdown]
+# With Q's range 8 or 64 times K's, K's descale clamps most of Q at 448 and the error climbs far
+# above the ideal descale's; with Q's range smaller than K's it only wastes binades at the top,
+# which e4m3 barely notices until Q's values reach the subnormals. vLLM's 1.0 does well here only
+# because Q's range of 10 happens to fit e4m3 unscaled.
+#
 # ## Summary
 #
 # * Per-head descales are free in FA3 and make the error independent of how far apart

@@ -636,6 +636,13 @@ def test_fallback_sweep_shows_the_defect():
     assert df.loc[(1e-3, "vllm"), "rel_l2"] > 5 * df.loc[(1e-3, "intended"), "rel_l2"]
     assert df.loc[(1e4, "vllm"), "rel_l2"] > 5 * df.loc[(1e4, "intended"), "rel_l2"]
     assert df.loc[(1e4, "vllm"), "q_saturated"] > 0.5
+    # the premise broken: Q's range 64x K's, the k_scale fallback saturates Q where the ideal does not
+    far = fallback_sweep(q, k, v, [10.0], causal=True, q_over_k=64.0).set_index("mode")
+    assert far.loc["ideal", "q_saturated"] == 0 < 0.2 < far.loc["intended", "q_saturated"]
+    assert far.loc["intended", "rel_l2"] > 5 * far.loc["ideal", "rel_l2"]
+    assert (far["q_over_k"] == 64.0).all()
+    with pytest.raises(ValueError, match="q_over_k"):
+        fallback_sweep(q, k, v, [10.0], q_over_k=0.0)
 
 
 def test_plots_draw():

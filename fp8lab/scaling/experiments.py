@@ -94,14 +94,17 @@ def fallback_sweep(
     q_amaxes: Sequence[float],
     *,
     causal: bool = False,
+    q_over_k: float = 1.0,
 ) -> pd.DataFrame:
     """The cost of vLLM's q_scale defect: attention error as Q's range sweeps `q_amaxes`.
 
     K and V get calibrated per-tensor checkpoint scales (amax/448); the checkpoint has no q_scale.
     q_saturated is the fraction of Q's elements beyond 448 · q_descale (clamped).
     For each target amax, Q and K are both rescaled to it (the premise of the k_scale fallback is
-    that a layer's Q and K share a range) and the softmax scale is divided by the same factor
-    squared, so the exact attention is the same at every point and only what FP8 sees moves.
+    that a layer's Q and K share a range) and the softmax scale is divided by the product of the
+    two factors, so the exact attention is the same at every point and only what FP8 sees moves.
+    q_over_k: Q's amax is `q_over_k` times K's (the premise broken): K is rescaled to the target
+    / q_over_k, Q to the target, so `q_amax` stays Q's.
     Q is quantized with the q descale from `resolve_checkpoint_scales` in each mode, and with
     the ideal per-tensor descale amax/448.
     Columns: q_amax, mode (ideal / intended / vllm), q_descale, rel_l2 and sqnr of the attention
@@ -114,8 +117,10 @@ def fallback_sweep(
     heads_kv = k.shape[2]
     base_scale = q.shape[-1] ** -0.5
     for target in q_amaxes:
+        if not q_over_k > 0:
+            raise ValueError(f"q_over_k: expected a ratio > 0, got {q_over_k}")
         cq = target / q.double().abs().max().item()
-        ck = target / k.double().abs().max().item()
+        ck = target / q_over_k / k.double().abs().max().item()
         qs, ks = q.double() * cq, k.double() * ck
         scale = base_scale / (cq * ck)
         ref = attention_exact(qs, ks, v.double(), causal=causal, softmax_scale=scale)
@@ -137,6 +142,7 @@ def fallback_sweep(
             out = attention_exact(q8, k8, v8, causal=causal, softmax_scale=scale, q_descale=qd.expand(b, heads_kv), k_descale=kd, v_descale=vd)
             rows.append({
                 "q_amax": target,
+                "q_over_k": q_over_k,
                 "mode": mode,
                 "q_descale": float(qd),
                 "q_saturated": (qs.abs() / float(qd) > e4m3_max).double().mean().item(),
