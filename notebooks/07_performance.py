@@ -371,9 +371,9 @@ exp2
 # head dims 64 and 128 the softmax is at least as large a share of each score's cost as the tensor
 # cores; only a kernel that overlaps it with the MMAs gets close to either ceiling. The best kernels
 # reach about 63 % of the exp2 model's ceiling at head dim 64 (675 of about 1070 TFLOP/s), and a
-# little over half of the MMA model's peak at 256. FA3 does that with ping-pong warpgroups, our Gluon kernel with its own
-# producer/consumer warps (notebook 08 (h)); the Triton kernel only gets the overlap that two or
-# three co-resident programs per SM give it.
+# little over half of the MMA model's peak at 256. FA3 overlaps softmax and MMAs with ping-pong
+# warpgroups, our Gluon kernel with its own producer/consumer warps (notebook 08 (h)); the Triton
+# kernel only gets the overlap that two or three co-resident programs per SM give it.
 #
 # The models assume the maximum clock. At head dims 128 and 256 the power limit of (c) takes
 # 5-12 % of that clock away, and with it the same share of both modelled ceilings (the second
