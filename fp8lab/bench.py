@@ -100,20 +100,20 @@ def roofline_tflops(intensity: float, peak_tflops: float, tbps: float) -> float:
     return min(peak_tflops, tbps * intensity)
 
 
+def mma_peak_tflops(sms: int = 132, clock_ghz: float = 1.98, flop_per_clock: int = 8192) -> float:
+    """Dense tensor-core peak (a model): `flop_per_clock` per SM per clock, 8192 for FP8 on Hopper
+    (4096 for bf16). NVIDIA's datasheet figures are this at 1.83 GHz (1979 FP8, 989 bf16 TFLOP/s);
+    compared with `exp2_ceiling_tflops` at the same clock, the two meet at head_dim 128 for FP8."""
+    return sms * clock_ghz * 1e9 * flop_per_clock / 1e12
+
+
 def exp2_ceiling_tflops(head_dim: int, sms: int = 132, clock_ghz: float = 1.98, exp2_per_clock: int = 16) -> float:
     """Attention TFLOP/s if the exp2 unit were the only limit (a model, not a measurement).
 
     Each score costs one exp2 and 4 * head_dim matmul FLOPs (QK^T and PV). Defaults: H200
     (132 SMs, 1.98 GHz boost), 16 exp2 per clock per SM (CUDA guide, compute capability 9.0).
     """
-    return sms * clock_ghz * 1e9 * exp2_per_clock * 4 * head_dim / 1e12
-
-
-def mma_peak_tflops(sms: int = 132, clock_ghz: float = 1.98, flop_per_clock: int = 8192) -> float:
-    """Dense tensor-core peak (a model): `flop_per_clock` per SM per clock, 8192 for FP8 on Hopper
-    (4096 for bf16). NVIDIA's datasheet figures are this at 1.83 GHz (1979 FP8, 989 bf16 TFLOP/s);
-    compared with `exp2_ceiling_tflops` at the same clock, the two meet at head_dim 128 for FP8."""
-    return sms * clock_ghz * 1e9 * flop_per_clock / 1e12
+    return mma_peak_tflops(sms, clock_ghz, exp2_per_clock * 4 * head_dim)  # FLOPs the exp2s of a clock allow
 
 
 # Ceilings measured on the same H200 (fp8-attention-facts.md section 6, 2026-11-29) and the datasheet.

@@ -161,7 +161,7 @@ rows, outs = [], {}
 for label, (qs, cache) in caches.items():
     for math in kvcache.DECODE_MATH:
         out = outs[label, math] = kvcache.paged_decode(q, cache, block_table, lens, math=math, q_scale=qs).double()
-        rows.append({"scales": label, "math": math, "rel L2 vs exact": metrics.rel_l2(out.double(), exact)})
+        rows.append({"scales": label, "math": math, "rel L2 vs exact": metrics.rel_l2(out, exact)})
 decode = pd.DataFrame(rows)
 record("decode_rel_l2", {f"{r['scales']} | {r['math']}": r["rel L2 vs exact"] for r in rows})
 ax = sns.barplot(decode, y="scales", x="rel L2 vs exact", hue="math")

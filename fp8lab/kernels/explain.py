@@ -17,12 +17,14 @@ from fp8lab.bench import load_results, mbarrier_waits, read_clock_log, read_ncu_
 from fp8lab.env import triton_interpret
 from fp8lab.formats import cast_to_fp8, get_format
 from fp8lab.layout import check_attention_inputs
+from fp8lab.kernels import attention as _attention
 from fp8lab.kernels.attention import AttentionConfig, key_order
 from fp8lab.kernels.attention_ws import WsConfig
 from fp8lab.kernels.fp8_rounding import round_to_bf16, round_to_e4m3
 from fp8lab.kernels.quantize import quantize_delayed
 from fp8lab.metrics import rel_l2
 from fp8lab.reference.exact import attention_exact, dequantize
+from fp8lab.reference.fa3 import FA3Steps, attention_fa3_fp8
 from fp8lab.scaling import ScaleStrategy, quantize
 
 __all__ = ["api_overhead", "cast_demo", "pv_accumulation", "consumer_registers", "correctness_record", "delayed_kernel_check", "folded_scale_error", "kernel_ratios",
@@ -79,9 +81,7 @@ def p_grid_fractions(q, k, q_descale=None, k_descale=None, softmax_scale=None,
 
 def pseudo_code() -> str:
     """The Triton kernel's algorithm in pseudo-code, as its module docstring states it."""
-    from fp8lab.kernels import attention
-
-    doc = attention.__doc__ or ""
+    doc = _attention.__doc__ or ""
     if "Pseudo-code" not in doc or "The accumulator registers" not in doc:
         raise RuntimeError("fp8lab.kernels.attention's docstring lost its pseudo-code section")
     return doc.split("Pseudo-code")[1].split("::", 1)[1].split("The accumulator registers")[0]
@@ -92,8 +92,6 @@ def online_softmax_check(q, k, v, q_descale=None, k_descale=None, v_descale=None
     """The online softmax is softmax: FA3's block-by-block algorithm with every FP8 rounding off
     (`FA3Steps.exact()`), in float64, against exact attention, per key block and visiting order.
     Columns: block_n, order ("last to first", FA3's, or "first to last"), max_abs_diff."""
-    from fp8lab.reference import FA3Steps, attention_fa3_fp8
-
     exact = attention_exact(q, k, v, q_descale=q_descale, k_descale=k_descale, v_descale=v_descale, causal=causal)
     rows = []
     for block_n in block_ns:

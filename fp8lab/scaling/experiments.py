@@ -116,9 +116,9 @@ def fallback_sweep(
     e4m3_max = ScaleStrategy().max
     heads_kv = k.shape[2]
     base_scale = q.shape[-1] ** -0.5
+    if not q_over_k > 0:
+        raise ValueError(f"q_over_k: expected a ratio > 0, got {q_over_k}")
     for target in q_amaxes:
-        if not q_over_k > 0:
-            raise ValueError(f"q_over_k: expected a ratio > 0, got {q_over_k}")
         cq = target / q.double().abs().max().item()
         ck = target / q_over_k / k.double().abs().max().item()
         qs, ks = q.double() * cq, k.double() * ck
