@@ -3,7 +3,7 @@
 The short public API; each subject's full API lives in its module
 (`fp8lab.formats`, `fp8lab.scaling`, `fp8lab.reference`, `fp8lab.metrics`,
 `fp8lab.data`, `fp8lab.transforms`, `fp8lab.layout`, `fp8lab.kvcache`, `fp8lab.backends`,
-`fp8lab.kernels`, `fp8lab.bench`, `fp8lab.env`, `fp8lab.notebooks`).
+`fp8lab.kernels`, `fp8lab.bench`, `fp8lab.records`, `fp8lab.env`, `fp8lab.notebooks`).
 
     import fp8lab
     q8, q_descale = fp8lab.quantize_for_fa3(q, fp8lab.ScaleStrategy(fp8lab.PerHead(heads_kv)), heads_kv)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterable, Mapping
@@ -27,7 +28,20 @@ __all__ = [
     "attention_bytes",
     "attention_flops",
     "attention_intensity",
+    "exp2_balance_head_dim",
     "exp2_ceiling_tflops",
+    "first_cast_waits",
+    "on_chip_bytes",
+    "on_chip_marks",
+    "one_pass_bound",
+    "one_pass_bound_sweep",
+    "one_pass_bound_table",
+    "one_pass_limit",
+    "held_for",
+    "parse_case",
+    "quant_floor_us",
+    "roofline_ceilings",
+    "values_per_descale",
     "records_frame",
     "roofline_tflops",
     "bench_grid",
@@ -152,6 +166,129 @@ def held_for(x_bytes: float, target: float, in_bytes: int = 2, out_bytes: int = 
         raise ValueError(f"target: expected a fraction in (0, 1], got {target}")
     useful = x_bytes + x_bytes / in_bytes * out_bytes
     return max(0.0, x_bytes - useful * (1 / target - 1))
+
+
+def one_pass_limit(held_bytes: float, target: float = 0.85, in_bytes: int = 2, out_bytes: int = 1) -> float:
+    """The largest x (bytes) for which `one_pass_bound(x, held_bytes)` still reaches `target`; inf
+    where two passes already reach it. Up to `held_bytes` x fits and is read once; beyond, the bound
+    falls with every byte that does not fit (`held_for` grows in proportion to x)."""
+    if not 0 < target <= 1 or held_bytes < 0:
+        raise ValueError(f"expected 0 < target <= 1 and held_bytes >= 0, got target={target}, held_bytes={held_bytes}")
+    useful = 1 + out_bytes / in_bytes  # useful bytes per byte of x
+    slope = target * (useful + 1) - useful  # bound >= target  <=>  x * slope <= target * held_bytes
+    return float("inf") if slope <= 0 else max(float(held_bytes), target * held_bytes / slope)
+
+
+def on_chip_bytes(l2: bool = False, on_chip: Mapping[str, int] | None = None) -> int:
+    """Bytes the H200's SMs hold in shared memory and registers (`H200_ON_CHIP_BYTES`), with the L2
+    too if `l2` (which also carries every read and write, so it cannot all hold x)."""
+    on_chip = H200_ON_CHIP_BYTES if on_chip is None else on_chip
+    return sum(b for name, b in on_chip.items() if l2 or not name.startswith("L2"))
+
+
+def one_pass_bound_table(x_bytes: float, target: float = 0.85, on_chip: Mapping[str, int] | None = None
+                         ) -> pd.DataFrame:
+    """`one_pass_bound` of current per-tensor scaling of `x_bytes` of bf16 at what the chip holds.
+
+    Rows: "nothing (two passes)"; one per entry of `on_chip` (default `H200_ON_CHIP_BYTES`),
+    cumulative, named by the entry ("shared memory", "+ registers", "+ L2: everything" for the
+    H200); "needed for <target> %" (`held_for`). Columns: "MB of x held" (1e6 bytes) and
+    "bound (of copy)".
+    """
+    import pandas as pd
+
+    marks = on_chip_marks(on_chip)
+    held = [0.0, *(mb * 1e6 for mb in marks.values()), held_for(x_bytes, target)]
+    table = pd.DataFrame({"MB of x held": [h / 1e6 for h in held]},
+                         index=["nothing (two passes)", *marks, f"needed for {target * 100:g} %"])
+    table["bound (of copy)"] = [one_pass_bound(x_bytes, h) for h in held]
+    return table
+
+
+def on_chip_marks(on_chip: Mapping[str, int] | None = None) -> dict[str, float]:
+    """What the chip holds, cumulative, in MB (1e6 bytes), labelled by the entries of `on_chip`
+    (default `H200_ON_CHIP_BYTES`): "shared memory", "+ registers", "+ L2: everything" for the H200."""
+    on_chip = H200_ON_CHIP_BYTES if on_chip is None else on_chip
+    if not on_chip:
+        raise ValueError("on_chip: expected at least one name -> bytes")
+    names = [name.split(" (")[0] for name in on_chip]
+    labels = [names[0], *(f"+ {n}" for n in names[1:])]
+    if len(labels) > 1:
+        labels[-1] += ": everything"
+    total, marks = 0, {}
+    for label, b in zip(labels, on_chip.values()):
+        total += b
+        marks[label] = total / 1e6
+    return marks
+
+
+def one_pass_bound_sweep(x_bytes: float, held_mb: Iterable[float] = range(0, 141, 2)) -> pd.DataFrame:
+    """`one_pass_bound` of `x_bytes` against MB held on chip: columns held_mb, bound (for
+    `fp8lab.plots.perf.plot_one_pass_bound`)."""
+    import pandas as pd
+
+    held = [float(mb) for mb in held_mb]
+    return pd.DataFrame({"held_mb": held, "bound": [one_pass_bound(x_bytes, mb * 1e6) for mb in held]})
+
+
+# The quantization benchmark's x: one sequence of 16k tokens x 32 heads x 128, bf16 (128 MiB).
+QUANT_X_SHAPE = (1, 16384, 32, 128)
+QUANT_X_BYTES = math.prod(QUANT_X_SHAPE) * 2
+
+
+def values_per_descale(x_shape: tuple[int, int, int, int], granularity: object) -> int:
+    """How many values of x (batch, tokens, heads, head_dim) one descale covers under a
+    `fp8lab.scaling` granularity (PerToken, PerHead, PerTensor, ...): with current scaling, the
+    values a kernel must read before it can cast the first of them."""
+    if len(x_shape) != 4:
+        raise ValueError(f"x_shape: expected (batch, tokens, heads, head_dim), got {x_shape}")
+    return math.prod(x_shape) // math.prod(granularity.compact_shape(tuple(x_shape)))
+
+
+def first_cast_waits(x_shape: tuple[int, int, int, int] = QUANT_X_SHAPE) -> dict[str, int]:
+    """Values of x this call must read before its first cast, by kind of scaling: "delayed" (the
+    descale came from earlier calls: none), then current scaling "per token", "per head" (one
+    scale per sequence and head, FA3's descale) and "per tensor"."""
+    from fp8lab.scaling import PerHead, PerTensor, PerToken
+
+    return {"delayed": 0, **{name: values_per_descale(x_shape, g) for name, g in
+                             (("per token", PerToken()), ("per head", PerHead()), ("per tensor", PerTensor()))}}
+
+
+def quant_floor_us(x_bytes: float, copy_tbps: float, in_bytes: int = 2, out_bytes: int = 1) -> float:
+    """Microseconds to move what quantizing x costs at a copy's rate: x read once (`x_bytes`) and y
+    written (`out_bytes` per value of `in_bytes`). A kernel's fraction of that copy is this floor
+    over its time."""
+    if x_bytes <= 0 or copy_tbps <= 0:
+        raise ValueError(f"expected x_bytes > 0 and copy_tbps > 0, got {x_bytes} and {copy_tbps}")
+    return (x_bytes + x_bytes / in_bytes * out_bytes) / (copy_tbps * 1e12) * 1e6
+
+
+def exp2_balance_head_dim(flop_per_clock: int = 8192, exp2_per_clock: int = 16) -> float:
+    """The head dim at which the exp2 unit takes as long per score as the tensor cores: a score
+    costs 4 * head_dim MMA FLOPs (`flop_per_clock` per SM per clock) and one exp2 (`exp2_per_clock`);
+    the clock cancels. 128 for FP8 on Hopper (8192), 64 for bf16 (4096)."""
+    return flop_per_clock / (4 * exp2_per_clock)
+
+
+def roofline_ceilings(clock_ghz: float = 1.98, exp2_head_dims: Iterable[int] = (64, 128)) -> dict[str, float]:
+    """The roofline's compute ceilings in TFLOP/s: the measured and datasheet ones
+    (`H200_CEILINGS`), the FP8 MMA model (`mma_peak_tflops`) and the exp2 model per head dim
+    (`exp2_ceiling_tflops`), both at `clock_ghz`."""
+    return {**H200_CEILINGS, f"FP8 MMA peak (model, {clock_ghz:g} GHz)": mma_peak_tflops(clock_ghz=clock_ghz),
+            **{f"exp2 model, d={d}": exp2_ceiling_tflops(d, clock_ghz=clock_ghz) for d in exp2_head_dims}}
+
+
+def parse_case(label: str) -> AttentionCase:
+    """The `AttentionCase` of a record's case label, "4x4096x32x128", "2x8192x32/8x128 causal"
+    (batch x seqlen x heads_q[/heads_kv] x head_dim): the inverse of `AttentionCase.label`."""
+    import re
+
+    m = re.fullmatch(r"(\d+)x(\d+)x(\d+)(?:/(\d+))?x(\d+)( causal)?", label)
+    if m is None:
+        raise ValueError(f"case label: expected 'BxSxH[/Hkv]xD[ causal]', e.g. '2x8192x32x128 causal', got {label!r}")
+    b, s, hq, hk, d, causal = m.groups()
+    return AttentionCase(int(b), int(s), int(hq), int(hk or hq), int(d), causal is not None)
 
 
 # The facts file's H200 table (section 6; one run, 2026-11-29): TFLOP/s by provider.

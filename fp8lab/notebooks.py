@@ -54,13 +54,14 @@ class NotebookSpec:
 MANIFEST: tuple[NotebookSpec, ...] = (
     NotebookSpec("00_quickstart", "A ten-minute tour"),
     NotebookSpec("01_fp8_numerics", "FP8 numerics: formats, grids, rounding"),
-    NotebookSpec("02_scale_strategies", "Scale strategies"),
+    NotebookSpec("02_scale_strategies", "Scale strategies", smoke_budget_s=90.0),
     NotebookSpec("03_per_head_scales_and_strides", "Per-head scales, descale strides and GQA"),
     NotebookSpec("04_fa2_fa3_version_gating", "FA2/FA3 version gating"),
     NotebookSpec("05_fp8_attention_accuracy", "How wrong is FP8 attention, and why", smoke_budget_s=90.0),
     NotebookSpec("06_fp8_kv_cache", "The FP8 KV cache, the way vLLM writes and reads it"),
     NotebookSpec("07_performance", "Performance on Hopper"),
     NotebookSpec("08_triton_fp8_attention", "Our Triton FP8 attention kernel", smoke_budget_s=90.0),
+    NotebookSpec("09_gluon_fa3_kernel", "FA3's structure, written out: the Gluon kernel", smoke_budget_s=60.0),
 )
 
 

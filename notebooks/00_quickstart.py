@@ -162,7 +162,8 @@ plt.show()
 #   depends on the scales and on the inputs' outliers.
 # * Next: `01_fp8_numerics` (the formats), `02_scale_strategies` and `03_per_head_scales_and_strides`
 #   (scales), `04_fa2_fa3_version_gating` (which kernel runs where), `05_fp8_attention_accuracy`
-#   (where the error comes from), `06_fp8_kv_cache`, `07_performance`, `08_triton_fp8_attention`.
+#   (where the error comes from), `06_fp8_kv_cache`, `07_performance`, `08_triton_fp8_attention` and
+#   `09_gluon_fa3_kernel` (our own kernels).
 #
 # ## Exercises
 # 1. Set `distribution = "fa3_outliers"` in the parameters cell and rerun. By what factor does each

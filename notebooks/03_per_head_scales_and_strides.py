@@ -40,36 +40,35 @@ import torch
 if not torch.cuda.is_available():  # section 2 runs fp8lab's Triton kernel: on a CPU, in the interpreter
     os.environ.setdefault("TRITON_INTERPRET", "1")  # (before triton is first imported)
 
-import fp8lab  # noqa: E402
-from fp8lab import data, formats, metrics  # noqa: E402
-from fp8lab.notebooks import exercise_note, record, unanswered
-from fp8lab.plots import scaling as splots
-from fp8lab.scaling import (
+from fp8lab import data  # noqa: E402
+from fp8lab.notebooks import exercise_note, record, unanswered  # noqa: E402
+from fp8lab.plots import scaling as splots  # noqa: E402
+from fp8lab.scaling import (  # noqa: E402
     PerHead,
     PerTensor,
-    PerToken,
     ScaleStrategy,
-    as_contiguous_reads,
-    as_kernel_reads,
-    compute_amax,
-    dequantize,
     descale_from_heads,
     descale_from_scalar,
-    descale_from_tokens,
-    quantize,
     quantize_for_fa3,
     resolve_checkpoint_scales,
 )
-from fp8lab.scaling.experiments import fallback_sweep, head_spread_sweep
-
-
+from fp8lab.scaling.experiments import (  # noqa: E402
+    attention_layouts_agree,
+    checkpoint_provenance,
+    descale_layout_table,
+    fallback_q_over_k,
+    fallback_sweep,
+    gqa_descale_reads,
+    gqa_q_scale_cost,
+    head_spread_sweep,
+    k_heads_vs_e4m3,
+    per_head_round_trip,
+    token_reduction,
+)
 
 if smoke:
     batch, seqlen, heads_q, heads_kv, head_dim, spreads_log2, kernel_tokens = 2, 96, 8, 2, 64, (0, 8, 16, 24), 32
 sns.set_theme(style="whitegrid")
-E4M3 = formats.get_format("e4m3fn")
-
-
 
 # %% [markdown]
 # ## 1. Per-head against per-tensor scales
@@ -109,22 +108,10 @@ sweep.pivot(index="spread (binades)", columns="scales", values=["worst head rel_
 # %%
 _, k, _ = data.make_qkv("head_ranges", batch=batch, seqlen_q=1, seqlen_k=seqlen, heads_q=heads_kv, heads_kv=heads_kv,
                         head_dim=head_dim, seed=seed, head_range_log2=max(spreads_log2) / 2)
-per_head_rows = []
-for name, strat in (("per tensor", ScaleStrategy(PerTensor())), ("per KV head", ScaleStrategy(PerHead()))):
-    k8, kd = quantize(k, strat)
-    back = dequantize(k8, kd, strat, dtype=torch.float64)
-    for h, v_ in enumerate(metrics.sqnr(back, k.double(), per_head=True).tolist()):
-        per_head_rows.append({"head": h, "strategy": name, "sqnr": v_, "head amax": k[:, :, h].abs().max().item()})
-per_head = pd.DataFrame(per_head_rows)
+per_head = per_head_round_trip(k, {"per tensor": ScaleStrategy(PerTensor()), "per KV head": ScaleStrategy(PerHead())})
 splots.plot_per_head_error(per_head)
 plt.show()
-head_amax = per_head.groupby("head")["head amax"].first()
-k_heads = record("k_heads_vs_e4m3", {
-    "binades between largest and smallest head": math.log2(head_amax.max() / head_amax.min()),
-    "e4m3 binades, smallest subnormal to 448": math.log2(E4M3.max / E4M3.min_subnormal),
-    "worst head SQNR per tensor (dB)": per_head[per_head.strategy == "per tensor"].sqnr.min(),
-    "SQNR spread per KV head (dB)": per_head[per_head.strategy == "per KV head"].sqnr.agg(lambda x: x.max() - x.min()),
-})
+k_heads = record("k_heads_vs_e4m3", k_heads_vs_e4m3(per_head, coarse="per tensor", fine="per KV head"))
 print(f"the smallest head's amax lies {k_heads['binades between largest and smallest head']:.1f} binades below the "
       f"largest's; e4m3 spans {k_heads['e4m3 binades, smallest subnormal to 448']:.1f} binades from its smallest "
       f"subnormal to 448")
@@ -154,19 +141,7 @@ variants = {
     "per head, contiguous": descale_from_heads(per_head_values, batch, layout="contiguous"),
     "per head, transposed view": descale_from_heads(per_head_values, batch, layout="transposed"),
 }
-
-
-
-stride_table = pd.DataFrame([{
-    "descale": name,
-    "shape": tuple(t.shape),
-    "strides": t.stride(),
-    "contiguous": t.is_contiguous(),
-    "bytes of storage": t.untyped_storage().nbytes(),
-    "FA3's strided read gives the values": bool(torch.equal(as_kernel_reads(t), t)),
-    "a contiguity-assuming read gives": ("past the storage" if as_contiguous_reads(t) is None else
-                                         "the values" if torch.equal(as_contiguous_reads(t), t) else "other values"),
-} for name, t in variants.items()]).set_index("descale")
+stride_table = descale_layout_table(variants)
 record("descale_strides", {k: list(v) for k, v in stride_table["strides"].items()})
 record("descale_storage_bytes", stride_table["bytes of storage"].to_dict())
 stride_table
@@ -191,30 +166,14 @@ k8, kd = quantize_for_fa3(k, ScaleStrategy(PerHead()), heads_kv)
 v8, vd = quantize_for_fa3(v, ScaleStrategy(PerTensor()), heads_kv)
 dev = "cuda" if torch.cuda.is_available() else "cpu"
 n = min(seqlen, kernel_tokens)
-qkv = [t[:, :n].to(dev) for t in (q8, k8, v8)]
-outs = {}
-for layout in ("contiguous", "transposed"):
-    outs[layout] = fp8lab.attention(
-        *qkv, causal=True, backend="triton",
-        q_descale=descale_from_heads(qd.contiguous().to(dev), batch, layout=layout),
-        k_descale=descale_from_heads(kd.contiguous().to(dev), batch, layout=layout),
-        v_descale=(descale_from_scalar(vd[0, 0], batch, heads_kv, device=dev) if layout == "transposed"
-                   else vd.contiguous().to(dev)))  # one value: stride 0, or materialized
-same = torch.equal(outs["contiguous"], outs["transposed"])
-# per-head values shared by every sequence, as an expand() (strides (0, 1)) and materialized
-shared = {layout: fp8lab.attention(*qkv, causal=True, backend="triton",
-                                   q_descale=descale_from_heads(qd[0].to(dev), batch, layout=layout),
-                                   k_descale=descale_from_heads(kd[0].to(dev), batch, layout=layout),
-                                   v_descale=descale_from_heads(vd[0].to(dev), batch, layout=layout))
-          for layout in ("expand", "contiguous")}
-same_expand = torch.equal(shared["expand"], shared["contiguous"])
-record("layouts_bitwise_equal", same and same_expand)
-assert same and same_expand
+agree = attention_layouts_agree(*(t[:, :n].to(dev) for t in (q8, k8, v8)), qd, kd, vd, backend="triton", causal=True)
+record("layouts_bitwise_equal", all(agree.values()))
+assert all(agree.values()), agree
 print(f"on {n} tokens x {heads_q} query heads x {batch} sequences:")
 print("contiguous against transposed per-head Q/K descales (V: a stride-0 scalar against a materialized one):",
-      same)
+      agree["contiguous = transposed"])
 print("per-head descales expand()ed over the batch (strides (0, 1)) against the same values materialized:",
-      same_expand)
+      agree["expand = contiguous"])
 
 # %% [markdown]
 # (vLLM's own FP8 FA3 test passes descales that are all 1.0, so a stride or indexing bug
@@ -229,28 +188,19 @@ print("per-head descales expand()ed over the batch (strides (0, 1)) against the 
 # %%
 qr, _, _ = data.make_qkv("head_ranges", batch=1, seqlen_q=seqlen, heads_q=heads_q, heads_kv=heads_kv,
                          head_dim=head_dim, seed=seed, head_range_log2=3.0)
-q_amax = compute_amax(qr, PerHead())[0].tolist()
-splots.plot_gqa_mapping(heads_q, heads_kv, q_amax)
+reads = gqa_descale_reads(qr, heads_kv)  # sequence 0
+splots.plot_gqa_mapping(heads_q, heads_kv, reads["Q amax per query head"].tolist())
 plt.show()
-group_descale = compute_amax(qr, PerHead(heads_kv))[0] / E4M3.max
-pd.DataFrame({"Q amax per query head": q_amax,
-              "reads KV head": [h // (heads_q // heads_kv) for h in range(heads_q)],
-              "shared Q descale (group max / 448)": group_descale.repeat_interleave(heads_q // heads_kv).tolist()})
+reads
 
 # %% [markdown]
 # What sharing costs Q: per-query-head scales (not expressible in FA3) against the group's shared scale.
 
 # %%
-gqa_rows = []
-for name, strat in (("per query head (not FA3)", ScaleStrategy(PerHead())), ("per KV group (FA3)", ScaleStrategy(PerHead(heads_kv)))):
-    q8_, qd_ = quantize(qr, strat)
-    back = dequantize(q8_, qd_, strat, dtype=torch.float64)
-    gqa_rows.append({"Q scales": name, "worst head SQNR (dB)": float(metrics.sqnr(back, qr.double(), per_head=True).min()),
-                     "SQNR (dB)": metrics.sqnr(back, qr.double())})
-gqa = pd.DataFrame(gqa_rows).set_index("Q scales")
+gqa = gqa_q_scale_cost(qr, heads_kv)
 record("gqa_q_worst_head_sqnr_db", gqa["worst head SQNR (dB)"].to_dict())
 record("gqa_q_sqnr_db", gqa["SQNR (dB)"].to_dict())
-share = gqa.iloc[0] - gqa.iloc[1]
+share = gqa.loc["per query head (not FA3)"] - gqa.loc["per KV group (FA3)"]
 print(f"sharing Q's descale costs the worst head {share['worst head SQNR (dB)']:+.2f} dB and the whole Q "
       f"{share['SQNR (dB)']:+.2f} dB; one bit of precision is {20 * math.log10(2):.2f} dB")
 gqa
@@ -273,22 +223,16 @@ gqa
 # %%
 _, ks, _ = data.make_qkv("sinks", batch=batch, seqlen_q=1, seqlen_k=seqlen, heads_q=heads_kv, heads_kv=heads_kv,
                          head_dim=head_dim, seed=seed)
-tok8, tok_d = quantize(ks, ScaleStrategy(PerToken()))
-fa8, fa_d = quantize_for_fa3(ks, ScaleStrategy(PerToken()), heads_kv)
-lost = torch.log2(descale_from_tokens(tok_d, heads_kv)[:, None, :] / tok_d)  # binades each token loses
-token_rows = {
-    "per token (not FA3)": metrics.sqnr(dequantize(tok8, tok_d, PerToken(), dtype=torch.float64), ks.double()),
-    "max over tokens (FA3)": metrics.sqnr(dequantize(fa8, fa_d, PerHead(heads_kv), dtype=torch.float64), ks.double()),
-}
+reduction = token_reduction(ks, heads_kv)
 fig, ax = plt.subplots(figsize=(8, 3.5))
-sns.histplot(lost.flatten().numpy(), bins=40, ax=ax)
+sns.histplot(reduction["binades_lost"].flatten().numpy(), bins=40, ax=ax)
 ax.set_xlabel("binades of FP8 range a token loses (log2 of head max / token amax)")
 ax.set_ylabel("tokens x heads")
 ax.set_title("Reducing per-token scales to FA3's layout: the sink sets everyone's scale")
 plt.show()
-record("token_reduction_sqnr_db", token_rows)
-record("token_reduction_median_binades_lost", float(lost.median()))
-pd.Series(token_rows, name="K SQNR (dB)").to_frame()
+record("token_reduction_sqnr_db", reduction["sqnr_db"])
+record("token_reduction_median_binades_lost", reduction["median_binades_lost"])
+pd.Series(reduction["sqnr_db"], name="K SQNR (dB)").to_frame()
 
 # %% [markdown]
 # Most tokens lose about `log2(30)` ≈ 5 binades. In a float format that costs little
@@ -311,13 +255,7 @@ checkpoints = {
     "kv_scale only": {"kv_scale": 0.02},
     "nothing": {},
 }
-prov = []
-for ck_name, ck in checkpoints.items():
-    for mode in ("intended", "vllm"):
-        r = resolve_checkpoint_scales(ck, emulate=mode, warn=False)
-        prov.append({"checkpoint": ck_name, "mode": mode, "q": r.q, "q from": r.sources["q"],
-                     "k": r.k, "k from": r.sources["k"], "v": r.v, "v from": r.sources["v"]})
-provenance = pd.DataFrame(prov).set_index(["checkpoint", "mode"])
+provenance = checkpoint_provenance(checkpoints, ("intended", "vllm"))
 record("vllm_q_when_missing", provenance.loc[("k, v only", "vllm"), "q"])
 provenance
 
@@ -360,7 +298,7 @@ display(fallback.pivot(index="q_amax", columns="mode", values=["rel_l2", "q_satu
 
 # %%
 ratios = [1 / 64, 1 / 8, 1.0, 8.0, 64.0]
-broken = pd.concat([fallback_sweep(q, k, v, [10.0], causal=True, q_over_k=r) for r in ratios])
+broken = fallback_q_over_k(q, k, v, ratios, q_amax=10.0, causal=True)
 record("fallback_q_over_k_rel_l2", {f"{r:g}": row.to_dict() for r, row in
                                     broken.pivot(index="q_over_k", columns="mode", values="rel_l2").iterrows()})
 broken.pivot(index="q_over_k", columns="mode", values=["rel_l2", "q_saturated"])
@@ -386,27 +324,35 @@ broken.pivot(index="q_over_k", columns="mode", values=["rel_l2", "q_saturated"])
 #
 # ## Exercises
 #
-# 1. What are the strides of `torch.tensor(0.5).expand(4, 2)`? Put them in `answer_1`.
-# 2. With 32 query heads and 8 KV heads, which KV head's descale does query head 13 use?
+# 1. A batch of 6 sequences and a model with 4 KV heads: its per-head K descale is stored as
+#    `descale_from_heads(values, 6, layout="transposed")`. What are its strides, and how many bytes of
+#    storage does it hold? Put `(strides, bytes)` in `answer_1`.
+# 2. A model has 40 query heads and 8 KV heads, and Q's amax over query head `h` is `h + 1` (1 to 40).
+#    Which KV head does query head 23 read, and what Q descale does FA3 use for it (per KV head, as
+#    section 3 builds it)? Put `(kv_head, descale)` in `answer_2`.
 # 3. A checkpoint holds `q_scale = 0.011` and one `kv_scale = 0.02` (a case the table of section 5
 #    does not show). Which q, k and v descales does vLLM use, and does its defect touch them? Put
 #    `(q, k, v)` as vLLM resolves them in `answer_3`.
 
 # %%
-answer_1 = None  # strides, a tuple: replace None with your answer
-answer_2 = None  # a kv head index
+answer_1 = None  # (strides, bytes of storage): replace None with your answer
+answer_2 = None  # (kv head index, Q descale)
 answer_3 = None  # (q, k, v)
 
 # %% tags=["solution", "hide-input"]
 # Solution (collapsed; it fills in only the answers you left at None):
-# expand() repeats one value without copying it, so both strides are 0; query head h reads kv
-# head h // (32 // 8) = 13 // 4 = 3; a kv_scale goes to both k and v, and a q_scale the checkpoint
-# has is kept: the defect overwrites only a fallback, so it does not touch this checkpoint.
+# 1. A transposed view stores the (heads_kv, batch) = (4, 6) tensor row by row: the next sequence is
+#    the next float and the next KV head 6 floats further, strides (1, 6); all 24 float32 are stored,
+#    96 bytes (an expand() of the 4 per-head values would hold 16).
+# 2. Query head h reads KV head h // (40 // 8): 23 // 5 = 4. Q's descale per KV head is the max amax
+#    over its group, query heads 20 to 24, over 448: 25 / 448.
+# 3. A kv_scale goes to both k and v, and a q_scale the checkpoint has is kept: the defect overwrites
+#    only a fallback, so it does not touch this checkpoint.
 _by_solution = unanswered(globals(), 1, 2, 3)  # before filling them in
 if answer_1 is None:
-    answer_1 = (0, 0)
+    answer_1 = ((1, 6), 6 * 4 * 4)
 if answer_2 is None:
-    answer_2 = 13 // (32 // 8)
+    answer_2 = (23 // (40 // 8), 25 / 448)
 if answer_3 is None:
     answer_3 = (0.011, 0.02, 0.02)
 
@@ -414,12 +360,14 @@ if answer_3 is None:
 # Check (the solutions are computed by the package):
 
 # %%
-solution_1 = descale_from_scalar(0.5, 4, 2).stride()
-assert tuple(answer_1) == solution_1, f"exercise 1: expected {solution_1}"
-probe = formats.cast_to_fp8(torch.ones(1, 1, 32, 1))  # one FP8 '1' per query head
-kv_index = dequantize(probe, torch.arange(1.0, 9.0)[None], PerHead(8))[0, 0, :, 0] - 1  # descale column read
-solution_2 = int(kv_index[13])
-assert answer_2 == solution_2, f"exercise 2: expected {solution_2}"
+layout_1 = descale_layout_table({"K": descale_from_heads(torch.rand(4) + 0.01, 6, layout="transposed")}).loc["K"]
+solution_1 = (layout_1["strides"], layout_1["bytes of storage"])
+assert (tuple(answer_1[0]), answer_1[1]) == solution_1, f"exercise 1: expected {solution_1}"
+q40 = torch.arange(1.0, 41.0)[None, None, :, None].expand(1, 2, 40, 4)  # amax h + 1 over query head h
+reads_2 = gqa_descale_reads(q40, 8).loc[23]
+solution_2 = (reads_2["reads KV head"], reads_2["shared Q descale (group max / 448)"])
+assert answer_2[0] == solution_2[0] and abs(answer_2[1] - solution_2[1]) <= 1e-6 * solution_2[1], \
+    f"exercise 2: expected {solution_2}"
 vllm3, intended3 = (resolve_checkpoint_scales({"q_scale": 0.011, "kv_scale": 0.02}, emulate=m, warn=False)
                     for m in ("vllm", "intended"))
 solution_3 = (vllm3.q, vllm3.k, vllm3.v)

@@ -73,7 +73,7 @@ matrix
 # upstream FA3 ("mma") keeps O in it across the whole context, so its error grows with the
 # context; vLLM's FA3 adds each block to O in fp32 ("flush"); our kernels do either ("option";
 # the switch came in the kernels' version v28, docs/kernel-notes.md). `attention(..., pv_flush=True)`
-# passes over the "mma" providers (notebook 05 (e), notebook 08 (o)).
+# passes over the "mma" providers (notebook 05 (e), notebook 09 (h)).
 
 # %%
 pd.Series(gating.FP8_PV_ACCUMULATION, name="FP8 P V sum")

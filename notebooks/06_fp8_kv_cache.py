@@ -10,7 +10,8 @@
 # 1. what an FP8 cache buys in memory, computed for a real model shape;
 # 2. how tokens are written into pages (`slot_mapping`, `reshape_and_cache_flash`) and read back (block tables);
 # 3. where the scales come from (checkpoint, the 1.0 default, dynamic amax/200) and what each costs;
-# 4. how much of the decode error is storage (K/V in FP8) and how much is FP8 *math* (Q and P in FP8 too);
+# 4. how much of the decode error is storage (K/V in FP8) and how much is FP8 *math* (Q and P in FP8 too),
+#    and how that split changes between a sharp softmax (a few keys carry each query) and a mild one;
 # 5. why `k_scale.expand(...)` (stride 0) gives exactly the same answer as a materialized descale;
 # 6. what a decode step needs to be replayed from a CUDA graph, as vLLM replays it;
 # 7. why FA3 splits a decode step's keys when there are few sequences, how many pieces it cuts them
@@ -30,6 +31,7 @@ block_size: int = 16  # tokens per cache page, vLLM's default
 context_lens: tuple = (500, 1500, 4000)  # tokens already in the cache, one decode query each
 long_context: int = 8000  # tokens of the long single sequence of section 8
 gpu_memory_gib: float = 80.0  # memory left for the cache, for the capacity example
+mild_q_std: float = 0.25  # query std of section 4's mild case (the sharp case's queries: std 3)
 seed: int = 0
 
 # %% [markdown]
@@ -41,8 +43,9 @@ import pandas as pd
 import seaborn as sns
 import torch
 
-from fp8lab import bench, env, kvcache, metrics
+from fp8lab import bench, env, kvcache
 from fp8lab.notebooks import exercise_note, record, unanswered
+from fp8lab.plots import accuracy as plots
 
 if smoke:
     heads_q, heads_kv, head_dim, context_lens, long_context = 8, 2, 64, (37, 70), 1000
@@ -55,14 +58,8 @@ sns.set_theme(style="whitegrid")
 # Each token stores one K and one V vector per KV head per layer.
 
 # %%
-rows = []
-for name in ("auto", "fp8"):
-    dtype = kvcache.cache_torch_dtype(name)
-    per_token = kvcache.kv_bytes_per_token(num_layers, heads_kv, head_dim, dtype)
-    rows.append({"kv_cache_dtype": name, "stored as": str(dtype).replace("torch.", ""),
-                 "bytes/token": per_token, "tokens in cache": int(gpu_memory_gib * 2**30 // per_token)})
-memory = pd.DataFrame(rows)
-record("tokens_ratio_fp8_vs_bf16", memory["tokens in cache"][1] / memory["tokens in cache"][0])
+memory = kvcache.memory_table(num_layers, heads_kv, head_dim, gpu_memory_gib, ("auto", "fp8"))
+record("tokens_ratio_fp8_vs_bf16", memory["tokens vs first"][1])
 memory
 
 # %% [markdown]
@@ -71,29 +68,29 @@ memory
 # A sequence's tokens live in pages scattered through the cache; its *block
 # table* lists them in order. New tokens arrive with a *slot* each,
 # `page * block_size + offset`. We give every sequence random pages, the way
-# an allocator after many requests would.
+# an allocator after many requests would. `DecodeBatch.draw` draws the pages and the data together.
 
 # %%
 lens = list(context_lens)
 # the pages draw from their own generator, so that block_size changes where tokens live, not the data
-block_table, slot_mapping, num_blocks = kvcache.random_pages(lens, block_size, torch.Generator().manual_seed(seed + 1))
+batch = kvcache.DecodeBatch.draw(lens, heads_q=heads_q, heads_kv=heads_kv, head_dim=head_dim, block_size=block_size,
+                                 generator=g, page_generator=torch.Generator().manual_seed(seed + 1),
+                                 q_std=3.0, k_outlier_channels=4, k_outlier_scale=12.0, v_std=0.5)
 
-ax = sns.heatmap(block_table.numpy(), cmap="viridis", cbar_kws={"label": "page index (-1 = unused)"})
+ax = sns.heatmap(batch.block_table.numpy(), cmap="viridis", cbar_kws={"label": "page index (-1 = unused)"})
 ax.set(xlabel="position in block table (page # of the sequence)", ylabel="sequence", title="Block table: pages per sequence")
 plt.show()
 
 # %% [markdown]
-# The data: real K activations have a few large channels, V is tamer, and Q's values are
-# typically larger than both (in RMS; K's outlier channels give K the largest amax). We draw them
-# so, with a fixed seed. The cache holds one *varlen* batch: the sequences' tokens one after the
-# other, with `cu_seqlens` marking where each starts.
+# The data, drawn with the pages above: real K activations have a few large channels (here the
+# first 4, 12 times the rest), V is tamer, and Q's values are typically larger than V's and than
+# K's ordinary channels. We draw them so, with a fixed seed. The table gives each one's RMS and
+# amax: K's outlier channels give K the largest amax, and at a small head dim, where 4 channels are
+# a larger share, the largest RMS too. The cache holds one *varlen* batch: the sequences' tokens one
+# after the other, with `cu_seqlens` marking where each starts.
 
 # %%
-total = sum(lens)
-k = torch.randn(total, heads_kv, head_dim, generator=g, dtype=torch.float64)
-k[..., :4] *= 12  # outlier channels in K
-v = torch.randn(total, heads_kv, head_dim, generator=g, dtype=torch.float64) * 0.5
-q = torch.randn(len(lens), heads_q, head_dim, generator=g, dtype=torch.float64) * 3
+kvcache.value_ranges(Q=batch.q, K=batch.k, V=batch.v)
 
 # %% [markdown]
 # ## 3. Where the scales come from
@@ -112,33 +109,12 @@ q = torch.randn(len(lens), heads_q, head_dim, generator=g, dtype=torch.float64) 
 # too small clips, one that is too large flushes small values to zero.
 
 # %%
-dyn_q, dyn_k, dyn_v = kvcache.vllm_dynamic_scales(q, k, v)
-ck = (q.abs().max().item() / 448, k.abs().max().item() / 448, v.abs().max().item() / 448)
-scale_choices = {
-    "checkpoint (amax/448)": ck,
-    "checkpoint k/v only, vLLM (q 1.0)": (1.0, ck[1], ck[2]),
-    "checkpoint k/v only, intended (q = k_scale)": (ck[1], ck[1], ck[2]),
-    "default 1.0": (1.0, 1.0, 1.0),
-    "dynamic (amax/200, /100)": (dyn_q, dyn_k, dyn_v),
-}
-caches = {}
-for label, (qs, ks, vs) in scale_choices.items():
-    cache = kvcache.PagedKVCache.allocate(num_blocks, block_size, heads_kv, head_dim, k_scale=ks, v_scale=vs)
-    cache.write(k, v, slot_mapping)
-    caches[label] = (qs, cache)
+choices = kvcache.scale_choices(batch.q, batch.k, batch.v)  # label -> (q_scale, k_scale, v_scale)
+caches = kvcache.caches_for(batch, choices)  # label -> (q_scale, the batch's K and V in an FP8 cache)
+pd.DataFrame(choices, index=["q_scale", "k_scale", "v_scale"]).T
 
 # %%
-rows = []
-for label, (qs, cache) in caches.items():
-    k8, v8, _ = cache.gather(block_table, lens)
-    for name, x, x8, s in (("K", k, k8, cache.k_scale), ("V", v, v8, cache.v_scale)):
-        stored = x8.double() * s.double()
-        rows.append({"scales": label, "tensor": name, "scale": s.item(),
-                     "clipped %": 100 * ((x / s.double()).abs() > 448 * (1 + 2**-20)).double().mean().item(),  # past rounding
-                     "stored as ±448 %": 100 * (x8.double().abs() == 448).double().mean().item(),
-                     "flushed to 0 %": 100 * ((x8.double() == 0) & (x != 0)).double().mean().item(),
-                     "rel L2 of storage": metrics.rel_l2(stored, x)})
-storage = pd.DataFrame(rows)
+storage = kvcache.storage_table(batch, caches)
 storage
 
 # %% [markdown]
@@ -151,59 +127,43 @@ storage
 # Both against exact float64 attention on the original data.
 
 # %%
-from fp8lab.reference import attention_exact
-
-# k and v were written sequence after sequence, so they are already a varlen batch.
-cu_q = torch.arange(len(lens) + 1, dtype=torch.int32)
-cu_k = torch.tensor([0, *torch.tensor(lens).cumsum(0).tolist()], dtype=torch.int32)
-exact = attention_exact(q, k, v, causal=True, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k)
-rows, outs = [], {}
-for label, (qs, cache) in caches.items():
-    for math in kvcache.DECODE_MATH:
-        out = outs[label, math] = kvcache.paged_decode(q, cache, block_table, lens, math=math, q_scale=qs).double()
-        rows.append({"scales": label, "math": math, "rel L2 vs exact": metrics.rel_l2(out, exact)})
-decode = pd.DataFrame(rows)
-record("decode_rel_l2", {f"{r['scales']} | {r['math']}": r["rel L2 vs exact"] for r in rows})
-ax = sns.barplot(decode, y="scales", x="rel L2 vs exact", hue="math")
-ax.set(xscale="log", xlabel="relative L2 error of the decode output (log scale)", ylabel="",
-       title="Decode error: FP8 storage alone vs FA3's FP8 math")
-decode
+decode = kvcache.decode_error_table(batch, caches)  # against batch.exact(), float64 attention on the original data
+record("decode_rel_l2", {f"{scales} | {math}": decode.loc[scales, math] for scales in decode.index
+                         for math in kvcache.DECODE_MATH})
+plots.plot_decode_errors(decode)
+plt.show()
+decode[["dequantized", "fa3_fp8"]]
 
 # %% [markdown]
 # The same table pair by pair, with what FA3's FP8 math adds to each row's storage error, and the
 # error of each row's Q cast by itself (Q rounded with that row's `q_scale`, against Q):
 
 # %%
-pairs = decode.pivot_table(index="scales", columns="math", values="rel L2 vs exact", sort=False)[["dequantized", "fa3_fp8"]]
-pairs["fa3_fp8 adds"] = pairs["fa3_fp8"] / pairs["dequantized"] - 1
-pairs["fa3_fp8 vs dequantized"] = [metrics.rel_l2(outs[label, "fa3_fp8"], outs[label, "dequantized"]) for label in pairs.index]
-pairs["Q cast rel L2"] = [metrics.rel_l2(kvcache.scaled_fp8_quant(q, qs).double() * qs, q)
-                          for qs in (scale_choices[label][0] for label in pairs.index)]
-worst_storage = storage["rel L2 of storage"].max()
-added = pairs["fa3_fp8 adds"]
-print(f"fa3_fp8 adds {added.min():+.0%} to {added.max():+.0%} to the dequantized error; the dequantized "
-      f"decode errors are {pairs['dequantized'].min() / worst_storage:.1f}x to "
-      f"{pairs['dequantized'].max() / worst_storage:.1f}x the largest storage error of section 3; "
-      f"the Q casts' own errors span {pairs['Q cast rel L2'].min():.4f}-{pairs['Q cast rel L2'].max():.4f}")
-record("decode_fa3_fp8_adds", added.to_dict())
-record("decode_fa3_fp8_vs_dequantized", pairs["fa3_fp8 vs dequantized"].to_dict())
-print(f"fa3_fp8 moves the output {pairs['fa3_fp8 vs dequantized'].min():.3f}-{pairs['fa3_fp8 vs dequantized'].max():.3f} "
-      f"(rel L2) from the dequantized output, against {pairs['dequantized'].min():.3f}-{pairs['dequantized'].max():.3f} "
-      "for storage alone from exact")
-record("decode_q_cast_rel_l2", pairs["Q cast rel L2"].to_dict())
-pairs
+ranges = kvcache.decode_error_summary(decode, storage)  # (min, max) over the rows
+added, amplified, q_cast = ranges["fa3_fp8 adds"], ranges["dequantized / storage"], ranges["Q cast rel L2"]
+print(f"fa3_fp8 adds {added[0]:+.0%} to {added[1]:+.0%} to the dequantized error; the dequantized "
+      f"decode errors are {amplified[0]:.1f}x to {amplified[1]:.1f}x the largest storage error of section 3; "
+      f"the Q casts' own errors span {q_cast[0]:.4f}-{q_cast[1]:.4f}")
+record("decode_fa3_fp8_adds", decode["fa3_fp8 adds"].to_dict())
+record("decode_fa3_fp8_vs_dequantized", decode["fa3_fp8 vs dequantized"].to_dict())
+moved, storage_alone = ranges["fa3_fp8 vs dequantized"], ranges["dequantized"]
+print(f"fa3_fp8 moves the output {moved[0]:.3f}-{moved[1]:.3f} (rel L2) from the dequantized output, against "
+      f"{storage_alone[0]:.3f}-{storage_alone[1]:.3f} for storage alone from exact")
+record("decode_q_cast_rel_l2", decode["Q cast rel L2"].to_dict())
+decode
 
 # %% [markdown]
 # Read it pair by pair. `fa3_fp8 adds` compares two errors against exact attention: at the full
 # sizes `fa3_fp8`'s is only a little larger than storage's. That does not mean FP8 math changes the
 # output little: errors do not add, and `fa3_fp8 vs dequantized` (the second printed line) measures
-# the change directly, a little under half the size of the storage error, mostly in directions
-# that do not lengthen the distance from exact. (At the smoke sizes' two short sequences the first
-# figure moves more with the draw; it can even come out negative, where roundings happen to
-# cancel.) The decode error is several times the storage error of section 3 (the first line's
-# second range) because these random Q and K give sharp softmaxes, in which a few keys carry each
-# query's weight, and a small change to K moves weight between them. The differences between
-# the rows are within what another seed changes (their order moves from seed to seed).
+# the change directly, at the full sizes a little under half the size of the storage error, mostly
+# in directions that do not lengthen the distance from exact. (At the smoke sizes' two short
+# sequences both figures move more with the draw; the first can even come out negative, where
+# roundings happen to cancel.) The decode error is several times the storage error of section 3
+# (the first line's second range): these queries give sharp softmaxes, in which a few keys carry
+# each query's weight, and a small change to K moves weight between them (the mild case below
+# measures how much that matters). The differences between the rows are within what another seed
+# changes (their order moves from seed to seed).
 #
 # The k/v-only checkpoint is no exception, either way: its Q casts lose what every other row's does
 # (the last range, `Q cast rel L2`), because Q's values sit inside e4m3's normal range unscaled, and
@@ -211,6 +171,39 @@ pairs
 # from the full checkpoint's, it is by which values happened to round which way, as between any two
 # rows. Where Q lies far from that range, vLLM's 1.0 does cost; notebook 03, section 5 sweeps Q's
 # range to show where.
+#
+# ### A sharp softmax and a mild one
+#
+# How the decode error splits between storage and FP8 math depends on how many keys carry each
+# query's weight. Beside the batch above (the *sharp* case), the *mild* case keeps its cache and
+# pages and draws new queries, N(0, `mild_q_std`²) instead of N(0, 9): smaller scores, attention
+# spread over many keys. Both get checkpoint scales (amax/448 of their own Q, K and V: the same K
+# and V, so the same storage error). `effective keys` is 1 / Σ p² of the exact softmax, the median
+# over queries and heads; the last two columns give the two errors in units of the storage
+# rounding (`storage rel L2`): what storage alone costs the output, and how far FP8 math moves it.
+
+# %%
+mild = batch.with_random_queries(mild_q_std, torch.Generator().manual_seed(seed + 3))  # its own generator
+sharp_mild = kvcache.decode_error_split({"sharp": batch, "mild": mild})
+record("decode_sharp_vs_mild", sharp_mild.to_dict(orient="index"))
+for case, r in sharp_mild.iterrows():
+    print(f"{case}: {r['effective keys']:.1f} effective keys of {r['keys per query']:.0f} per query; storage alone costs "
+          f"the output {r['dequantized / storage']:.1f}x its own rounding, FP8 math moves it "
+          f"{r['fa3_fp8 vs dequantized / storage']:.1f}x that rounding")
+sharp_mild
+
+# %% [markdown]
+# In the sharp case the softmax amplifies both errors. A few keys carry each query, so K's rounding
+# moves weight between them and storage costs the output several times its own rounding; FP8 math
+# adds Q's rounding, which moves the scores the same way (the P cast costs little there: the
+# row's largest P, a power of two, is exact; notebook 05 (b)). At the full sizes storage's share
+# is the larger, FP8 math moving the output about half as far; at the smoke sizes' two short
+# sequences the two come closer and their order moves with the draw. In the mild case nothing
+# amplifies: each output averages many V rows, whose rounding errors average down with it, so
+# storage costs the output about one rounding; and FP8 math moves it about one rounding as well,
+# its Q and P casts each perturbing the many weights by about a rounding, which the output averages
+# as it averages V's. There FP8 math costs about as much as storage does, where with a sharp
+# softmax it is storage, amplified, that sets the error.
 
 # %% [markdown]
 # ## 5. Stride 0 is not a special case
@@ -226,19 +219,13 @@ pairs
 # (section 2) runs our kernel with each layout here.
 
 # %%
-qs, cache = caches["checkpoint (amax/448)"]
-k_desc, v_desc = cache.descales(len(lens))
+qs, cache = caches[kvcache.CHECKPOINT]
+call = kvcache.fa3_decode_call(batch, cache, qs)  # FP8 Q, K, V, the scales, cu_seqlens: what FA3 is handed
+q_desc, k_desc, v_desc = call.descales()  # scalars expand()ed, as vLLM makes them
 print("k_descale strides:", k_desc.stride(), "  materialized:", k_desc.contiguous().stride())
-from fp8lab.reference import attention_fa3_fp8
-
-k8, v8, _ = cache.gather(block_table, lens)
-q8 = kvcache.scaled_fp8_quant(q, qs)
-q_desc = torch.tensor(qs, dtype=torch.float32).expand(len(lens), heads_kv)
-args = dict(causal=True, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k)
-out_view = attention_fa3_fp8(q8, k8, v8, q_desc, k_desc, v_desc, **args)
-out_copy = attention_fa3_fp8(q8, k8, v8, q_desc.contiguous(), k_desc.contiguous(), v_desc.contiguous(), **args)
-record("stride0_equals_materialized", bool(torch.equal(out_view, out_copy)))
-assert torch.equal(out_view, out_copy)
+same = kvcache.stride0_equals_materialized(call)
+record("stride0_equals_materialized", same)
+assert same
 
 # %% [markdown]
 # ## 6. Why not e5m2?
@@ -277,20 +264,8 @@ except ValueError as err:
 # with every provider installed:
 
 # %%
-from fp8lab.backends import gating
-
-hopper = gating.Device((9, 0), "simulated H100")
-eager = gating.Request("fp8", head_dim, varlen=True)
-captured = gating.Request("fp8", head_dim, varlen=True, lengths_on_device=True)
-rows = []
-for name, spec in gating.PROVIDERS.items():
-    before, _ = gating.provider_reasons(spec, hopper, eager, env={})
-    after, _ = gating.provider_reasons(spec, hopper, captured, env={})
-    rows.append({"provider": name, "backend": spec.backend, "eager": "runs" if not before else "no",
-                 "captured": "runs" if not after else "no", "why not, eager": "; ".join(before),
-                 "what capture adds": "; ".join(r for r in after if r not in before)})
-capture_table = pd.DataFrame(rows)
-record("captured_varlen_fp8_providers", [r["provider"] for r in rows if r["captured"] == "runs"])
+capture_table = kvcache.captured_varlen_providers(head_dim)  # a simulated H100, every provider installed
+record("captured_varlen_fp8_providers", capture_table.loc[capture_table["captured"] == "runs", "provider"].tolist())
 with pd.option_context("display.max_colwidth", 100):
     display(capture_table)  # noqa: F821 - IPython
 
@@ -306,33 +281,16 @@ with pd.option_context("display.max_colwidth", 100):
 import fp8lab
 
 if torch.cuda.is_available():
-    n = len(lens)  # stride-0 descales made on the device, as vLLM's expand() makes them
-    stride0 = [torch.tensor(float(x), dtype=torch.float32, device="cuda").expand(n, heads_kv)
-               for x in (qs, cache.k_scale, cache.v_scale)]
-    dev_args = [t.cuda() for t in (q8, k8, v8)] + stride0
-    cu_args = dict(cu_seqlens_q=cu_q.cuda(), cu_seqlens_k=cu_k.cuda(), max_seqlen_q=1, max_seqlen_k=max(lens))
-
-    def decode_step():
-        q_, k_, v_, dq, dk, dv = dev_args
-        return fp8lab.attention(q_, k_, v_, q_descale=dq, k_descale=dk, v_descale=dv, causal=True, **cu_args)
-
-    try:
-        graph, replayed = bench.capture_graph(decode_step)  # an eager warm-up call, then the capture
-        dev_args[0].copy_(kvcache.scaled_fp8_quant(torch.randn(q.shape, generator=g), qs))  # the next step's query
-        new_lens = lens[::-1]  # other lengths, the same tokens and bound: read from cu_seqlens at the replay
-        cu_args["cu_seqlens_k"].copy_(torch.tensor([0, *torch.tensor(new_lens).cumsum(0).tolist()], dtype=torch.int32))
-        graph.replay()
-        same = bool(torch.equal(replayed, decode_step()))
+    try:  # section 5's call on the GPU; the next step's query, and other lengths over the same tokens and bound
+        next_q8 = kvcache.scaled_fp8_quant(torch.randn(batch.q.shape, generator=g), qs)
+        same = kvcache.graph_replay_equals_eager(call, next_q8, lens[::-1], device="cuda")
         record("graph_live_replay_equals_eager", same)
         print("replay equals the eager call:", same)
     except fp8lab.BackendError as err:  # a GPU without an FP8 attention provider
         print(err)
-recorded = pd.DataFrame(bench.load_results(env.results_dir() / "bench_v26_api_graph.json")["rows"])
-recorded = recorded[recorded["result"] != "eager failed"]
-record("graph_h200_captured", {f"{r.backend} {'varlen' if r.varlen else 'batched'}": bool(r.replay_equals_eager)
-                               for r in recorded.itertuples()})
-recorded[["backend", "varlen", "result", "replay_equals_eager", "eager_lengths"]].rename(
-    columns={"eager_lengths": "cu_seqlens at the replay"})
+recorded = kvcache.recorded_graph_replays(env.results_dir())
+record("graph_h200_captured", dict(zip(recorded["call"], recorded["replay_equals_eager"].astype(bool))))
+recorded
 
 # %% [markdown]
 # Capture costs only the reference: it loops over the sequences on the host. SDPA's providers
@@ -354,29 +312,17 @@ recorded[["backend", "varlen", "result", "replay_equals_eager", "eager_lengths"]
 # batches of it:
 
 # %%
-from fp8lab.reference import fa3_block_n, fa3_decode_splits
+from fp8lab.reference import fa3_block_n
 
 NUM_SMS = 132  # an H100 or H200 SXM
 decode_block = fa3_block_n(head_dim, flavor="vllm", decode=True)
-
-
-def runs(xs: list[int]) -> str:
-    """A list as text, `x × n` where it repeats one value."""
-    return f"{xs[0]} × {len(xs)}" if len(xs) > 1 and len(set(xs)) == 1 else ", ".join(map(str, xs))
-
-
 split_cases = {"this notebook's batch": lens, "one long sequence": [long_context],
                "4 long sequences": [long_context] * 4, "16 long sequences": [long_context] * 16}
-rows = []
-for label, case_lens in split_cases.items():
-    splits = fa3_decode_splits(case_lens, heads_kv, decode_block, num_sms=NUM_SMS)
-    rows.append({"case": label, "keys per sequence": runs(case_lens),
-                 "key blocks": runs([-(-n // decode_block) for n in case_lens]),
-                 "tiles without splits": len(case_lens) * heads_kv, "splits per sequence": runs(splits),
-                 "tiles with splits": heads_kv * sum(splits)})
+split_counts = kvcache.split_counts_table(split_cases, heads_kv, decode_block, num_sms=NUM_SMS)
+for label, splits in split_counts["splits"].items():
     record(f"decode_splits | {label}", splits)
 print(f"{heads_kv} KV heads, head dim {head_dim}: {decode_block} keys per block, {NUM_SMS} SMs")
-pd.DataFrame(rows).set_index("case")
+split_counts.drop(columns="splits")
 
 # %% [markdown]
 # Alone, the long sequence gets the most splits; the more sequences share the step, the fewer each
@@ -391,29 +337,14 @@ pd.DataFrame(rows).set_index("case")
 
 # %%
 g_long = torch.Generator().manual_seed(seed + 2)  # its own generator: the rest of the notebook draws as before
-long_table, long_slots, long_blocks = kvcache.random_pages([long_context], block_size, g_long)
-k_long = torch.randn(long_context, heads_kv, head_dim, generator=g_long, dtype=torch.float64)
-k_long[..., :4] *= 12  # outlier channels in K, as in section 2
-v_long = torch.randn(long_context, heads_kv, head_dim, generator=g_long, dtype=torch.float64) * 0.5
-q_long = torch.randn(1, heads_q, head_dim, generator=g_long, dtype=torch.float64) * 3
-long_cache = kvcache.PagedKVCache.allocate(long_blocks, block_size, heads_kv, head_dim,
-                                           k_scale=k_long.abs().max().item() / 448, v_scale=v_long.abs().max().item() / 448)
-long_cache.write(k_long, v_long, long_slots)
-exact_long = attention_exact(q_long, k_long, v_long, causal=True, cu_seqlens_q=torch.tensor([0, 1], dtype=torch.int32),
-                             cu_seqlens_k=torch.tensor([0, long_context], dtype=torch.int32))
-split_inputs = {  # q, cache, block table, lengths, q_scale, exact attention
-    "this notebook's batch": (q, caches["checkpoint (amax/448)"][1], block_table, lens, ck[0], exact),
-    "one long sequence": (q_long, long_cache, long_table, [long_context], q_long.abs().max().item() / 448, exact_long),
-}
-rows = []
-for label, (q_, cache_, table_, lens_, qs_, exact_) in split_inputs.items():
-    with_splits = kvcache.paged_decode(q_, cache_, table_, lens_, q_scale=qs_)  # FA3's splits: the default
-    no_split = kvcache.paged_decode(q_, cache_, table_, lens_, q_scale=qs_, num_splits=1)
-    rows.append({"case": label, "splits per sequence": runs(fa3_decode_splits(lens_, heads_kv, decode_block)),
-                 "rel L2, FA3's splits": metrics.rel_l2(with_splits.double(), exact_),
-                 "rel L2, no split": metrics.rel_l2(no_split.double(), exact_),
-                 "bf16 outputs equal": (with_splits == no_split).double().mean().item()})
-split_effect = pd.DataFrame(rows).set_index("case")
+long_batch = kvcache.DecodeBatch.draw([long_context], heads_q=heads_q, heads_kv=heads_kv, head_dim=head_dim,
+                                      block_size=block_size, generator=g_long, q_std=3.0, k_outlier_channels=4,
+                                      k_outlier_scale=12.0, v_std=0.5)  # drawn as section 2's batch
+long_qs, long_ks, long_vs = kvcache.scale_choices(long_batch.q, long_batch.k, long_batch.v)[kvcache.CHECKPOINT]
+split_effect = kvcache.split_effect_table({  # name -> (batch, its FP8 cache, q_scale)
+    "this notebook's batch": (batch, caches[kvcache.CHECKPOINT][1], caches[kvcache.CHECKPOINT][0]),
+    "one long sequence": (long_batch, long_batch.cache(long_ks, long_vs), long_qs),
+})
 record("decode_split_effect", split_effect.drop(columns="splits per sequence").to_dict(orient="index"))
 split_effect
 
@@ -432,30 +363,16 @@ split_effect
 # %%
 from fp8lab.reference.experiments import decode_split_record
 
-validation = decode_split_record(env.results_dir())
-eager_splits = validation[validation.num_splits == 0]
-points = eager_splits.melt(id_vars=["case", "head_dim", "predicted_splits"], value_vars=["equal_at_predicted", "equal_without_split"],
-                    var_name="emulation", value_name="equal")
-points["emulation"] = points["emulation"].map({"equal_at_predicted": "split as predicted", "equal_without_split": "not split"})
-fig, ax = plt.subplots(figsize=(9, 4))
-sns.scatterplot(points, x="predicted_splits", y="equal", hue="emulation", style="emulation", s=60, ax=ax)
-ax.set(xlabel="splits FA3 gives the sequence (fa3_decode_splits)", ylabel="fraction of bf16 outputs bit-equal\nto vLLM's library",
-       ylim=(0, 1), title="H200, paged FP8 decode, one point per sequence: vLLM's bits need FA3's splits")
+validation = decode_split_record(env.results_dir())  # one row per (case, num_splits passed, sequence)
+plots.plot_decode_splits(kvcache.decode_split_points(validation))
 plt.show()
-split_seqs = eager_splits[eager_splits.predicted_splits > 1]
-record("decode_split_h200", {"predicted_splits": eager_splits.predicted_splits.tolist(),
-                             "equal_at_predicted": eager_splits.equal_at_predicted.tolist(),
-                             "equal_without_split": eager_splits.equal_without_split.tolist()})
-forced = validation[validation.num_splits > 0]
-print(f"split sequences: {split_seqs.equal_at_predicted.min():.0%}-{split_seqs.equal_at_predicted.max():.0%} of the "
-      f"bf16 outputs equal split as predicted, {split_seqs.equal_without_split.min():.0%}-"
-      f"{split_seqs.equal_without_split.max():.0%} without splitting; with num_splits "
-      f"{' or '.join(map(str, sorted(set(forced.num_splits))))} passed (a cap on the count; vLLM passes one under "
-      f"CUDA graphs), at least {forced.equal_at_predicted.min():.0%} split as predicted")
-by_case = eager_splits.groupby(["case", "head_dim"], sort=False)
-summary = by_case.agg(sequences=("sequence", "size"), splits=("predicted_splits", lambda x: runs(list(x))))
-means = split_seqs.groupby(["case", "head_dim"], sort=False)[["equal_at_predicted", "equal_without_split"]].mean()
-summary.join(means.add_suffix(" (split sequences, mean)"))
+record("decode_split_h200", kvcache.decode_split_eager_record(validation))
+h200 = kvcache.decode_split_ranges(validation)
+print(f"split sequences: {h200['at predicted'][0]:.0%}-{h200['at predicted'][1]:.0%} of the bf16 outputs equal split "
+      f"as predicted, {h200['without split'][0]:.0%}-{h200['without split'][1]:.0%} without splitting; with num_splits "
+      f"{' or '.join(map(str, h200['forced num_splits']))} passed (a cap on the count; vLLM passes one under "
+      f"CUDA graphs), at least {h200['forced at predicted']:.0%} split as predicted")
+kvcache.decode_split_summary(validation)
 
 # %% [markdown]
 # Where FA3 splits, the emulation gives the library's bits on most outputs only when it splits the
@@ -465,7 +382,7 @@ summary.join(means.add_suffix(" (split sequences, mean)"))
 
 # %% [markdown]
 # The long-context figures of the summary, from the H200's record (`bench.long_context_headline`;
-# notebook 05 (e) and notebook 08 (n), (o)): rel L2 against exact attention on V + 1 inputs, d = 128,
+# notebook 05 (e) and notebook 09 (g), (h)): rel L2 against exact attention on V + 1 inputs, d = 128,
 # by number of keys, for upstream FA3 (fa3-fwd), the worse of our kernels, our worst tile with
 # `pv_flush=True`, and vLLM's FA3 library (`vllm-so`):
 
@@ -482,9 +399,13 @@ pd.DataFrame(headline["probe"]).T
 #   error here (a rel. L2 of about 0.026, 2^-5.3: e4m3 rounds by at most 1/17 of a value, about
 #   half that in RMS terms). Storing a value as ±448 is not clipping it: with amax/448, each tensor's largest
 #   value lands there exactly (`clipped %` counts the values beyond 448 before the cast).
-# * FA3's FP8 path adds Q's and P's quantization on top of the storage error (section 4: it moves
-#   the output a little under half as far as storage does, though the error against exact grows
-#   less), where every Q scale keeps Q in range (vLLM's 1.0 for k/v-only checkpoints included). Over long contexts it adds one more: Hopper's FP8 MMA keeps about
+# * FA3's FP8 path adds Q's and P's quantization on top of the storage error, where every Q scale
+#   keeps Q in range (vLLM's 1.0 for k/v-only checkpoints included). How the two compare depends on
+#   the softmax (section 4): where a few keys carry each query, the softmax amplifies both and the
+#   storage error sets the decode error (at full size FP8 math moves the output about half as far,
+#   and the error against exact grows less); where attention spreads over many keys, each costs the
+#   output about one e4m3 rounding, FP8 math about as much as storage. Over long contexts FA3 adds
+#   one more error: Hopper's FP8 MMA keeps about
 #   13 bits of O's running sum, so upstream FA3's error (fa3-fwd) grows with the keys, where vLLM's
 #   FA3, which adds each key block to O in fp32, stays flat (the table above the summary);
 #   `fp8lab.attention(..., pv_flush=True)` does the same with our kernels.
@@ -499,19 +420,20 @@ pd.DataFrame(headline["probe"]).T
 #
 # ## Exercises
 # 1. A checkpoint's scales were calibrated on V, but the V it meets in serving is 100 times larger.
-#    Keep the scales of section 3 and quantize `v * 100` with them: which choices saturate V? Set
-#    `answer_1` to the set of their labels.
+#    Keep the scales of section 3 (`choices`) and quantize `batch.v * 100` with them: which choices
+#    saturate V? Set `answer_1` to the set of their labels.
 # 2. Set `block_size = 64` in the parameters and rerun (vLLM's FlashAttention backend takes
 #    multiples of 16). Does any error change, and why? (No cell: compare the tables. Hint: which
 #    block sets the emulation's key blocks, the page or FA3's tile?)
-# 3. Pass `q_scale=qs / 8` to `kvcache.paged_decode` for the checkpoint scales: by what factor does
-#    `fa3_fp8`'s error grow? Set `answer_3`. What fraction of Q's values saturate at 448?
+# 3. Pass `q_scale=qs / 8` to `kvcache.paged_decode` for the checkpoint scales (`qs` and `cache` of
+#    section 5): by what factor does `fa3_fp8`'s error against `batch.exact()` grow? Set `answer_3`.
+#    What fraction of Q's values saturate at 448?
 # 4. A decode batch holds sequences of 2000 tokens each, with 8 KV heads at head dim 128 (vLLM's
 #    decode key block there: `fa3_block_n(128, flavor="vllm", decode=True)`), on an H200's 132 SMs.
 #    From how many sequences on does FA3 split none of them? Use section 8's formula; set `answer_4`.
 
 # %%
-answer_1 = None  # a set of scale_choices labels
+answer_1 = None  # a set of labels of `choices`
 answer_3 = None  # a factor
 answer_4 = None  # a number of sequences
 
@@ -524,31 +446,22 @@ answer_4 = None  # a number of sequences
 # whole once blocks_per_sm = ceil(1.1 * heads_kv * all key blocks / SMs) reaches its own key blocks:
 # with B sequences of n blocks each, once 1.1 * 8 * n * B / 132 > n - 1.
 _by_solution = unanswered(globals(), 1, 3, 4)  # before filling them in
+saturating_1 = kvcache.saturating_scales(choices, batch.v, factor=100)
+misset_3 = kvcache.q_scale_misset(batch, caches[kvcache.CHECKPOINT][1], caches[kvcache.CHECKPOINT][0], factor=8)
+first_4, splits_4 = kvcache.first_batch_without_splits(2000, 8, fa3_block_n(128, flavor="vllm", decode=True),
+                                                       num_sms=132, max_batch=64)
 if answer_1 is None:
-    answer_1 = {label for label, (_, _, vs) in scale_choices.items() if (v * 100 / vs).abs().max() > 448}
-qs_ck, cache_ck = caches["checkpoint (amax/448)"]
+    answer_1 = saturating_1
 if answer_3 is None:
-    small = kvcache.paged_decode(q, cache_ck, block_table, lens, q_scale=qs_ck / 8)
-    answer_3 = metrics.rel_l2(small.double(), exact) / decode.set_index(["scales", "math"]).loc[
-        ("checkpoint (amax/448)", "fa3_fp8"), "rel L2 vs exact"]
+    answer_3 = misset_3["growth"]
 if answer_4 is None:
-    blocks_each = -(-2000 // fa3_block_n(128, flavor="vllm", decode=True))  # key blocks per sequence
-    answer_4 = next(b for b in range(1, 1000) if -(-(1.1 * 8 * blocks_each * b) // 132) >= blocks_each)
+    answer_4 = first_4
 
 # %%
-saturating = {label for label, (_, _, vs) in scale_choices.items() if bool((v * 100 / vs).abs().max() > 448)}
-assert set(answer_1) == saturating, f"exercise 1: expected {sorted(saturating)}"
-base = metrics.rel_l2(kvcache.paged_decode(q, cache_ck, block_table, lens, q_scale=qs_ck).double(), exact)
-grown = metrics.rel_l2(kvcache.paged_decode(q, cache_ck, block_table, lens, q_scale=qs_ck / 8).double(), exact)
-assert abs(answer_3 - grown / base) < 1e-6 * grown / base, f"exercise 3: expected {grown / base:.2f}"
-block_128 = fa3_block_n(128, flavor="vllm", decode=True)
-splits_by_batch = {b: fa3_decode_splits([2000] * b, 8, block_128, num_sms=132) for b in range(1, 65)}
-solution_4 = min(b for b in splits_by_batch if all(max(splits_by_batch[c]) == 1 for c in splits_by_batch if c >= b))
-assert answer_4 == solution_4, f"exercise 4: expected {solution_4} (splits per sequence by batch size: " \
-    f"{ {b: s[0] for b, s in splits_by_batch.items()} })"
-print(f"1: {sorted(answer_1)} saturate   3: the error grows {answer_3:.1f}x; "
-      f"{float(((q / (qs_ck / 8)).abs() > 448).double().mean()):.0%} of Q's values saturate   "
-      f"4: from {answer_4} sequences of 2000 tokens on, none is split "
-      f"({splits_by_batch[answer_4 - 1][0]} splits each at {answer_4 - 1})")
+assert set(answer_1) == saturating_1, f"exercise 1: expected {sorted(saturating_1)}"
+assert abs(answer_3 - misset_3["growth"]) < 1e-6 * misset_3["growth"], f"exercise 3: expected {misset_3['growth']:.2f}"
+assert answer_4 == first_4, f"exercise 4: expected {first_4} (splits per sequence by batch size: {splits_4})"
+print(f"1: {sorted(answer_1)} saturate   3: the error grows {answer_3:.1f}x; {misset_3['saturated']:.0%} of Q's values "
+      f"saturate   4: from {answer_4} sequences of 2000 tokens on, none is split "
+      f"({splits_4.get(first_4 - 1, 1)} splits each at {first_4 - 1})")
 print(exercise_note(_by_solution))
-

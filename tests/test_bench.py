@@ -325,3 +325,101 @@ def test_records_frame_reads_exact_names_only():
     assert "v23" in set(grid["version"]) and "v28" not in set(grid["version"])
     assert len(grid[grid["version"] == "v23"]) == len(bench.load_results(rdir / "bench_v23_grid.json")["rows"])
     assert {"v8", "v8a", "v8b", "v9"} <= set(bench.records_frame(rdir, "ws")["version"])
+
+
+def test_one_pass_limit_inverts_the_bound():
+    """The largest x the bound still carries to the target: at it the bound is the target, just
+    beyond it below; x up to what is held is read once."""
+    import random
+
+    held = random.uniform(1e6, 1e8)
+    target = random.uniform(0.65, 0.99)
+    limit = bench.one_pass_limit(held, target)
+    assert bench.one_pass_bound(limit, held) == pytest.approx(target)
+    assert bench.one_pass_bound(limit * 1.01, held) < target <= bench.one_pass_bound(limit * 0.99, held)
+    assert limit > held and bench.one_pass_bound(held, held) == 1.0
+    assert bench.one_pass_limit(held, 0.6) == float("inf")  # two passes reach 0.60 at any size
+    assert bench.one_pass_limit(held, 1.0) == held  # copy speed only while all of x fits
+    with pytest.raises(ValueError, match="target"):
+        bench.one_pass_limit(held, 0.0)
+
+
+def test_one_pass_bound_table_on_what_the_chip_holds():
+    import random
+
+    x = random.uniform(5e7, 5e8)
+    chip = {"shared memory (a)": 3_000_000, "registers (b)": 5_000_000, "L2 (c)": 7_000_000}
+    table = bench.one_pass_bound_table(x, 0.8, chip)
+    assert list(table.index) == ["nothing (two passes)", "shared memory", "+ registers", "+ L2: everything",
+                                 "needed for 80 %"]
+    assert table["MB of x held"].tolist()[:4] == pytest.approx([0, 3, 8, 15])
+    assert table["MB of x held"].iloc[-1] == pytest.approx(bench.held_for(x, 0.8) / 1e6)
+    assert table["bound (of copy)"].tolist() == pytest.approx([bench.one_pass_bound(x, mb * 1e6) for mb in
+                                                                table["MB of x held"]])
+    assert table["bound (of copy)"].iloc[-1] == pytest.approx(0.8) and table["bound (of copy)"].iloc[0] == pytest.approx(0.6)
+    h200 = bench.one_pass_bound_table(128 * 2**20)
+    assert h200.index[-1] == "needed for 85 %" and h200["MB of x held"].iloc[3] == bench.on_chip_bytes(l2=True) / 1e6
+    sweep = bench.one_pass_bound_sweep(x, [0, 10, 20])
+    assert sweep["held_mb"].tolist() == [0, 10, 20] and sweep["bound"].iloc[0] == pytest.approx(0.6)
+    assert sweep["bound"].is_monotonic_increasing
+
+
+def test_on_chip_bytes_of_the_h200():
+    sms = 132 * (228 + 256) * 1024
+    assert bench.on_chip_bytes() == sms and bench.on_chip_bytes(l2=True) == sms + 50 * 2**20
+
+
+def test_first_cast_waits_by_kind_of_scaling():
+    """With current scaling a kernel must read every value one descale covers before its first
+    cast: a row per token, a (sequence, head) slice per head, all of x per tensor."""
+    import random
+
+    from fp8lab.scaling import PerHead
+
+    shape = (random.randint(1, 4), random.choice([113, 203, 799]), random.choice([8, 32]), random.choice([64, 128]))
+    b, s, h, d = shape
+    assert bench.first_cast_waits(shape) == {"delayed": 0, "per token": d, "per head": s * d, "per tensor": b * s * h * d}
+    assert bench.values_per_descale(shape, PerHead(heads_kv=h // 4)) == s * 4 * d  # GQA: a group shares a scale
+    assert bench.first_cast_waits()["per tensor"] * 2 == 128 * 2**20  # QUANT_X_SHAPE: 128 MiB of bf16
+    with pytest.raises(ValueError, match="batch, tokens, heads, head_dim"):
+        bench.values_per_descale((4, 5), PerHead())
+
+
+def test_quant_floor_and_exp2_balance():
+    import random
+
+    x, copy = random.uniform(1e6, 1e9), random.uniform(1.0, 5.0)
+    assert bench.quant_floor_us(x, copy) == pytest.approx(1.5 * x / (copy * 1e12) * 1e6)
+    assert bench.quant_floor_us(x, copy, in_bytes=4) == pytest.approx(1.25 * x / (copy * 1e12) * 1e6)
+    with pytest.raises(ValueError, match="copy_tbps > 0"):
+        bench.quant_floor_us(x, 0)
+    for flop, d in ((8192, 128), (4096, 64)):
+        assert bench.exp2_balance_head_dim(flop) == d
+        for ghz in (1.98, random.uniform(1.4, 1.9)):  # the clock cancels
+            assert bench.exp2_ceiling_tflops(d, clock_ghz=ghz) == pytest.approx(
+                bench.mma_peak_tflops(clock_ghz=ghz, flop_per_clock=flop))
+    ceilings = bench.roofline_ceilings(1.5, (64,))
+    assert set(ceilings) == {*bench.H200_CEILINGS, "FP8 MMA peak (model, 1.5 GHz)", "exp2 model, d=64"}
+    assert ceilings["exp2 model, d=64"] == pytest.approx(132 * 1.5e9 * 16 * 256 / 1e12)
+
+
+def test_parse_case_inverts_label():
+    import random
+
+    for _ in range(5):
+        hq = random.choice([8, 32])
+        case = bench.AttentionCase(random.randint(1, 8), random.choice([113, 4096]), hq, random.choice([hq, hq // 4]),
+                                   random.choice([64, 128, 256]), random.choice([False, True]))
+        assert bench.parse_case(case.label()) == case
+    assert bench.parse_case("2x8192x32/8x128 causal") == bench.AttentionCase(2, 8192, 32, 8, 128, True)
+    with pytest.raises(ValueError, match="case label"):
+        bench.parse_case("2x8192x32")
+
+
+def test_on_chip_marks_are_cumulative():
+    marks = bench.on_chip_marks({"shared memory (x)": 2_000_000, "registers (y)": 1_000_000, "L2 (z)": 500_000})
+    assert marks == {"shared memory": 2.0, "+ registers": 3.0, "+ L2: everything": 3.5}
+    assert bench.on_chip_marks({"shared memory (x)": 1_000_000}) == {"shared memory": 1.0}
+    assert list(bench.on_chip_marks()) == ["shared memory", "+ registers", "+ L2: everything"]
+    with pytest.raises(ValueError, match="at least one"):
+        bench.on_chip_marks({})

@@ -36,7 +36,7 @@ def test_unknown_command(capsys):
 
 def test_entry_point_runs():
     out = subprocess.run([sys.executable, "-m", "fp8lab.cli", "notebooks", "list"], capture_output=True, text=True, check=True)
-    assert "00_quickstart" in out.stdout and "08_triton_fp8_attention" in out.stdout
+    assert all(name in out.stdout for name in ("00_quickstart", "08_triton_fp8_attention", "09_gluon_fa3_kernel"))
 
 
 @pytest.mark.parametrize("argv", [["notebooks", "run", "55"], ["notebooks", "sync", "--check", "99"],

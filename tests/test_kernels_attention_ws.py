@@ -627,7 +627,7 @@ def test_v24_records():
 
 
 def test_v12_records_and_register_counts():
-    """Notebook 08 (k), (l), (m): the recorded runs read back, and the register arithmetic behind them."""
+    """Notebook 09 (d), (e), (f): the recorded runs read back, and the register arithmetic behind them."""
     from fp8lab.kernels import explain
 
     rdir = ROOT / "results" / "h200"

@@ -1,5 +1,7 @@
 """fp8lab.kvcache: vLLM's paged FP8 KV cache, written and read back."""
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -223,3 +225,315 @@ def test_an_empty_batch_is_refused_by_name(math):
     for bad in (-3, 2.5, True):  # a negative length made cu_seqlens run backwards, found only in attention
         with pytest.raises(ValueError, match=r"seq_lens: expected token counts, ints >= 0, got"):
             cache.gather(table, [bad])
+
+
+# ---------------------------------------------------------------------------
+# Notebook 06's experiments
+
+
+def _naive_decode(q, k, v, lens):
+    """Per-sequence, per-head float64 softmax attention of one query over its keys; GQA by head // group."""
+    group = q.shape[1] // k.shape[1]
+    out, start = torch.zeros(q.shape, dtype=torch.float64), 0
+    for i, n in enumerate(lens):
+        for h in range(q.shape[1]):
+            keys, vals = k[start:start + n, h // group].double(), v[start:start + n, h // group].double()
+            p = torch.softmax(keys @ q[i, h].double() / q.shape[-1] ** 0.5, dim=0)
+            out[i, h] = p @ vals
+        start += n
+    return out
+
+
+def _batch(seed=3, lens=(9, 23), q_std=3.0, heads_q=4, heads_kv=2, d=16, block_size=4):
+    g = torch.Generator().manual_seed(seed)
+    return kvcache.DecodeBatch.draw(list(lens), heads_q=heads_q, heads_kv=heads_kv, head_dim=d, block_size=block_size,
+                                    generator=g, q_std=q_std)
+
+
+def test_memory_table_counts_bytes_and_tokens():
+    table = kvcache.memory_table(32, 8, 128, 80.0)
+    assert table["bytes/token"].tolist() == [2 * 32 * 8 * 128 * 2, 2 * 32 * 8 * 128]
+    assert table["tokens in cache"].tolist() == [80 * 2**30 // b for b in table["bytes/token"]]
+    assert table["stored as"].tolist() == ["bfloat16", "float8_e4m3fn"] and table["tokens vs first"].tolist() == [1, 2]
+    with pytest.raises(ValueError, match="memory_gib"):
+        kvcache.memory_table(32, 8, 128, 0)
+
+
+def test_decode_batch_draws_pages_then_k_v_q_and_attends_exactly():
+    g = torch.Generator().manual_seed(9)
+    batch = kvcache.DecodeBatch.draw([5, 12], heads_q=4, heads_kv=2, head_dim=8, block_size=4, generator=g,
+                                     k_outlier_channels=2, k_outlier_scale=10.0, q_std=2.0, v_std=0.5)
+    g = torch.Generator().manual_seed(9)  # the same draws by hand, in the same order
+    table, slots, num_blocks = kvcache.random_pages([5, 12], 4, g)
+    k = torch.randn(17, 2, 8, generator=g, dtype=torch.float64)
+    k[..., :2] *= 10
+    v = torch.randn(17, 2, 8, generator=g, dtype=torch.float64) * 0.5
+    q = torch.randn(2, 4, 8, generator=g, dtype=torch.float64) * 2
+    assert torch.equal(batch.k, k) and torch.equal(batch.v, v) and torch.equal(batch.q, q)
+    assert torch.equal(batch.block_table, table) and torch.equal(batch.slot_mapping, slots) and batch.num_blocks == num_blocks
+    torch.testing.assert_close(batch.exact(), _naive_decode(q, k, v, [5, 12]), rtol=1e-12, atol=1e-12)
+    # pages from their own generator: the page size moves the tokens, not the data
+    other = kvcache.DecodeBatch.draw([5, 12], heads_q=4, heads_kv=2, head_dim=8, block_size=16,
+                                     generator=torch.Generator().manual_seed(1), page_generator=torch.Generator())
+    same = kvcache.DecodeBatch.draw([5, 12], heads_q=4, heads_kv=2, head_dim=8, block_size=4,
+                                    generator=torch.Generator().manual_seed(1), page_generator=torch.Generator())
+    assert torch.equal(other.k, same.k) and torch.equal(other.q, same.q) and other.block_size == 16
+    cache = batch.cache(0.07, 0.011)
+    k8, v8, cu = cache.gather(batch.block_table, batch.seq_lens)
+    assert torch.equal(k8.double(), cache_fp8_quant(k, 0.07).double()) and cu.tolist() == [0, 5, 17]
+    mild = batch.with_random_queries(0.1, torch.Generator().manual_seed(2))
+    assert torch.equal(mild.k, batch.k) and mild.q.std() < 0.2 < batch.q.std()
+    with pytest.raises(ValueError, match="query shape"):
+        batch.with_queries(q[:1])
+    with pytest.raises(ValueError, match="seq_lens"):
+        kvcache.DecodeBatch.draw([], heads_q=4, heads_kv=2, head_dim=8, block_size=4, generator=g)
+
+
+def test_value_ranges_and_scale_choices():
+    x = torch.tensor([[3.0, -4.0]])
+    assert kvcache.value_ranges(x=x).loc["x"].tolist() == pytest.approx([(12.5) ** 0.5, 4.0])
+    batch = _batch()
+    choices = kvcache.scale_choices(batch.q, batch.k, batch.v)
+    amax = [t.abs().max().item() / 448 for t in (batch.q, batch.k, batch.v)]
+    assert choices[kvcache.CHECKPOINT] == pytest.approx(amax)
+    assert choices["checkpoint k/v only, vLLM (q 1.0)"] == pytest.approx((1.0, amax[1], amax[2]))
+    assert choices["checkpoint k/v only, intended (q = k_scale)"] == pytest.approx((amax[1], amax[1], amax[2]))
+    assert choices["default 1.0"] == (1.0, 1.0, 1.0)
+    assert choices["dynamic (amax/200, /100)"] == vllm_dynamic_scales(batch.q, batch.k, batch.v)
+
+
+def test_storage_table_counts_clipping_saturation_and_flushes():
+    batch = _batch()
+    ks, vs = batch.k.abs().max().item() / 448, batch.v.abs().max().item() / 448
+    caches = kvcache.caches_for(batch, {"fits": (1.0, ks, vs), "k clips": (1.0, ks / 4, vs), "flushes": (1.0, 1.0, 1.0)})
+    table = kvcache.storage_table(batch, caches).set_index(["scales", "tensor"])
+    for (label, name), row in table.iterrows():
+        x = batch.k if name == "K" else batch.v
+        s = (caches[label][1].k_scale if name == "K" else caches[label][1].v_scale).item()
+        stored = quantize((x.float() / torch.tensor(s)).double(), "e4m3fn") * s
+        assert row["rel L2 of storage"] == pytest.approx(float((stored - x).norm() / x.norm()), rel=1e-6)
+        assert row["flushed to 0 %"] == pytest.approx(100 * float(((stored == 0) & (x != 0)).double().mean()))
+    assert table.loc[("fits", "K"), "clipped %"] == 0 and table.loc[("fits", "K"), "stored as ±448 %"] > 0
+    assert table.loc[("k clips", "K"), "clipped %"] > 0
+    assert table.loc[("k clips", "K"), "stored as ±448 %"] >= table.loc[("k clips", "K"), "clipped %"]
+    assert table.loc[("flushes", "V"), "flushed to 0 %"] > 0 == table.loc[("fits", "V"), "clipped %"]
+
+
+def test_decode_error_table_against_naive_attention():
+    batch = _batch()
+    choices = kvcache.scale_choices(batch.q, batch.k, batch.v)
+    caches = kvcache.caches_for(batch, {k: choices[k] for k in (kvcache.CHECKPOINT, "default 1.0")})
+    table = kvcache.decode_error_table(batch, caches)
+    exact = _naive_decode(batch.q, batch.k, batch.v, batch.seq_lens)
+    for label, (qs, cache) in caches.items():
+        k8, v8, _ = cache.gather(batch.block_table, batch.seq_lens)
+        deq = _naive_decode(batch.q, k8.double() * cache.k_scale.double(), v8.double() * cache.v_scale.double(),
+                            batch.seq_lens)
+        fa3 = paged_decode(batch.q, cache, batch.block_table, batch.seq_lens, q_scale=qs).double()
+        row = table.loc[label]
+        assert row["dequantized"] == pytest.approx(float((deq - exact).norm() / exact.norm()), rel=1e-9)
+        assert row["fa3_fp8"] == pytest.approx(float((fa3 - exact).norm() / exact.norm()), rel=1e-9)
+        assert row["fa3_fp8 vs dequantized"] == pytest.approx(float((fa3 - deq).norm() / deq.norm()), rel=1e-9)
+        assert row["fa3_fp8 adds"] == pytest.approx(row["fa3_fp8"] / row["dequantized"] - 1)
+        q_back = quantize((batch.q.float() * (1 / torch.tensor(qs))).double(), "e4m3fn") * qs
+        assert row["Q cast rel L2"] == pytest.approx(float((q_back - batch.q).norm() / batch.q.norm()), rel=1e-6)
+    storage = kvcache.storage_table(batch, caches)
+    ranges = kvcache.decode_error_summary(table, storage)
+    worst = storage["rel L2 of storage"].max()
+    assert ranges["dequantized / storage"] == pytest.approx((table["dequantized"].min() / worst,
+                                                             table["dequantized"].max() / worst))
+    assert ranges["fa3_fp8 adds"] == (table["fa3_fp8 adds"].min(), table["fa3_fp8 adds"].max())
+
+
+def test_attention_spread_counts_the_keys_that_carry_a_query():
+    batch = _batch(lens=(6, 11))
+    flat = batch.with_queries(torch.zeros_like(batch.q))  # equal scores: every key carries 1/n
+    spread = kvcache.attention_spread(flat)
+    assert spread.shape == (2, 4) and torch.allclose(spread, torch.tensor([[6.0] * 4, [11.0] * 4], dtype=torch.float64))
+    sharp = batch.with_queries(batch.q * 1000)  # one key takes all
+    assert torch.allclose(kvcache.attention_spread(sharp), torch.ones(2, 4, dtype=torch.float64), atol=1e-6)
+    # against 1 / sum p^2 of the naive softmax
+    k0 = batch.k[:6, 1].double()
+    p = torch.softmax(k0 @ batch.q[0, 3] / 4, dim=0)
+    assert kvcache.attention_spread(batch)[0, 3] == pytest.approx(float(1 / p.square().sum()))
+
+
+def test_decode_error_split_sharp_against_mild():
+    batch = _batch(lens=(40, 70), heads_q=4, heads_kv=2, d=32)
+    mild = batch.with_random_queries(0.1, torch.Generator().manual_seed(4))
+    split = kvcache.decode_error_split({"sharp": batch, "mild": mild})
+    assert split.loc["sharp", "storage rel L2"] == split.loc["mild", "storage rel L2"]  # the same K and V
+    assert split.loc["mild", "effective keys"] > 10 * split.loc["sharp", "effective keys"]
+    for case in ("sharp", "mild"):
+        row = split.loc[case]
+        assert row["keys per query"] == 55
+        assert row["dequantized / storage"] == pytest.approx(row["dequantized"] / row["storage rel L2"])
+        assert row["fa3_fp8 vs dequantized / storage"] == pytest.approx(row["fa3_fp8 vs dequantized"] / row["storage rel L2"])
+    # a flat softmax averages the roundings: the output loses about one; a sharp one amplifies it
+    assert 0.5 < split.loc["mild", "dequantized / storage"] < 2 < split.loc["sharp", "dequantized / storage"]
+
+
+def test_fa3_decode_call_has_stride0_descales_and_matches_materialized():
+    batch = _batch()
+    qs, cache = kvcache.caches_for(batch, {"ck": kvcache.scale_choices(batch.q, batch.k, batch.v)[kvcache.CHECKPOINT]})["ck"]
+    call = kvcache.fa3_decode_call(batch, cache, qs)
+    assert torch.equal(call.q8, scaled_fp8_quant(batch.q, qs)) and call.max_seqlen_k == 23
+    assert call.cu_seqlens_q.tolist() == [0, 1, 2] and call.cu_seqlens_k.tolist() == [0, 9, 32]
+    for d, s in zip(call.descales(), (qs, cache.k_scale.item(), cache.v_scale.item())):
+        assert d.shape == (2, 2) and d.stride() == (0, 0) and d.dtype == torch.float32 and d[1, 1].item() == pytest.approx(s)
+    assert kvcache.stride0_equals_materialized(call)
+    assert call.varlen() == dict(cu_seqlens_q=call.cu_seqlens_q, cu_seqlens_k=call.cu_seqlens_k, max_seqlen_q=1,
+                                 max_seqlen_k=23, causal=True)
+
+
+def _graph_fakes():
+    """A stand-in for a CUDA graph on the CPU: replay() reruns the captured function into its output."""
+    from fp8lab.reference import attention_fa3_fp8
+
+    class Graph:
+        def __init__(self, fn, out):
+            self.fn, self.out = fn, out
+
+        def replay(self):
+            self.out.copy_(self.fn())
+
+    def capture(fn):
+        fn()  # the warm-up call
+        out = fn()
+        return Graph(fn, out), out
+
+    def attention(q, k, v, *, q_descale, k_descale, v_descale, **varlen):
+        return attention_fa3_fp8(q, k, v, q_descale, k_descale, v_descale, **varlen)
+
+    return capture, attention
+
+
+def test_graph_replay_reads_the_new_query_and_lengths():
+    from fp8lab.reference import attention_fa3_fp8
+
+    batch = _batch(lens=(9, 23))
+    qs, cache = kvcache.caches_for(batch, {"ck": kvcache.scale_choices(batch.q, batch.k, batch.v)[kvcache.CHECKPOINT]})["ck"]
+    call = kvcache.fa3_decode_call(batch, cache, qs)
+    next_q8 = scaled_fp8_quant(torch.randn(batch.q.shape, generator=torch.Generator().manual_seed(8)), qs)
+    capture, attention = _graph_fakes()
+    replayed = []
+
+    def capture_and_keep(fn):
+        graph, out = capture(fn)
+        replayed.append(out)
+        return graph, out
+
+    assert kvcache.graph_replay_equals_eager(call, next_q8, [23, 9], device="cpu", attention=attention,
+                                             capture=capture_and_keep)
+    # the replay ran on the next query over the new lengths, not on what was captured
+    want = attention_fa3_fp8(next_q8, call.k8, call.v8, *call.descales(), cu_seqlens_q=call.cu_seqlens_q,
+                             cu_seqlens_k=torch.tensor([0, 23, 32], dtype=torch.int32), max_seqlen_q=1,
+                             max_seqlen_k=23, causal=True)
+    assert torch.equal(replayed[0], want)
+    assert call.cu_seqlens_k.tolist() == [0, 9, 32]  # the caller's call is left alone
+
+    def stale(fn):  # a graph whose replay does nothing: the check must notice
+        graph, out = capture(fn)
+        graph.replay = lambda: None
+        return graph, out
+
+    assert not kvcache.graph_replay_equals_eager(call, next_q8, [23, 9], device="cpu", attention=attention, capture=stale)
+    with pytest.raises(ValueError, match="summing to the 32 cached tokens"):
+        kvcache.graph_replay_equals_eager(call, next_q8, [20, 9], device="cpu", attention=attention, capture=capture)
+    with pytest.raises(ValueError, match="none above max_seqlen_k=23"):
+        kvcache.graph_replay_equals_eager(call, next_q8, [30, 2], device="cpu", attention=attention, capture=capture)
+
+
+def test_captured_varlen_providers_and_the_recorded_replays():
+    table = kvcache.captured_varlen_providers(128).set_index("provider")
+    assert table.loc["reference", "eager"] == "runs" and table.loc["reference", "captured"] == "no"
+    assert "on the host" in table.loc["reference", "what capture adds"]
+    assert table.loc["fa3-fwd", "captured"] == "runs" and table.loc["sdpa", "eager"] == "no"
+    rec = kvcache.recorded_graph_replays(Path(__file__).resolve().parents[1] / "results" / "h200")
+    assert len(rec) and "eager failed" not in set(rec["result"])
+    assert rec["call"].tolist() == [f"{b} {'varlen' if v else 'batched'}" for b, v in zip(rec["backend"], rec["varlen"])]
+
+
+def test_split_counts_table_follows_fa3_decode_splits():
+    from fp8lab.reference import fa3_decode_splits
+
+    assert kvcache.format_runs([3, 3, 3]) == "3 × 3" and kvcache.format_runs([2, 5]) == "2, 5"
+    assert kvcache.format_runs([7]) == "7"
+    cases = {"one": [8000], "mixed": [8000, 300], "many": [8000] * 16}
+    table = kvcache.split_counts_table(cases, 8, 96)
+    for name, lens in cases.items():
+        splits = fa3_decode_splits(lens, 8, 96)
+        row = table.loc[name]
+        assert row["splits"] == splits and row["splits per sequence"] == kvcache.format_runs(splits)
+        assert row["tiles without splits"] == 8 * len(lens) and row["tiles with splits"] == 8 * sum(splits)
+    assert table.loc["mixed", "key blocks"] == "84, 4" and table.loc["one", "splits"][0] > 1
+
+
+def test_split_effect_table_moves_bits_not_accuracy():
+    from fp8lab.reference import fa3_decode_splits
+
+    long = _batch(lens=(700,), heads_q=2, heads_kv=1, d=64, block_size=16)
+    short = _batch(lens=(37,), heads_q=2, heads_kv=1, d=64, block_size=16)
+    cases = {}
+    for name, b in (("long", long), ("short", short)):
+        qs, ks, vs = kvcache.scale_choices(b.q, b.k, b.v)[kvcache.CHECKPOINT]
+        cases[name] = (b, b.cache(ks, vs), qs)
+    table = kvcache.split_effect_table(cases)
+    assert table.loc["long", "splits per sequence"] == kvcache.format_runs(fa3_decode_splits([700], 1, 128, group=2))
+    assert table.loc["long", "splits per sequence"] != "1" and table.loc["short", "splits per sequence"] == "1"
+    assert table.loc["short", "bf16 outputs equal"] == 1 and table.loc["long", "bf16 outputs equal"] < 1
+    exact = long.exact()
+    split = paged_decode(long.q, cases["long"][1], long.block_table, long.seq_lens, q_scale=cases["long"][2])
+    assert table.loc["long", "rel L2, FA3's splits"] == pytest.approx(float((split.double() - exact).norm() / exact.norm()))
+    assert table.loc["long", "rel L2, FA3's splits"] == pytest.approx(table.loc["long", "rel L2, no split"], rel=0.1)
+
+
+def _validation():
+    import pandas as pd
+
+    return pd.DataFrame({
+        "case": ["a", "a", "b", "a", "a"], "head_dim": [128] * 5, "num_splits": [0, 0, 0, 5, 5],
+        "sequence": [0, 1, 0, 0, 1], "predicted_splits": [4, 1, 3, 4, 1],
+        "equal_at_predicted": [0.8, 0.9, 0.7, 0.75, 0.9], "equal_without_split": [0.1, 0.9, 0.2, 0.1, 0.9]})
+
+
+def test_decode_split_views_of_the_h200_record():
+    val = _validation()
+    assert kvcache.decode_split_eager_record(val) == {"predicted_splits": [4, 1, 3], "equal_at_predicted": [0.8, 0.9, 0.7],
+                                                      "equal_without_split": [0.1, 0.9, 0.2]}
+    points = kvcache.decode_split_points(val)
+    assert len(points) == 6 and set(points["emulation"]) == {"split as predicted", "not split"}
+    assert points[points.emulation == "not split"]["equal"].tolist() == [0.1, 0.9, 0.2]
+    ranges = kvcache.decode_split_ranges(val)
+    assert ranges == {"at predicted": (0.7, 0.8), "without split": (0.1, 0.2), "forced num_splits": [5],
+                      "forced at predicted": 0.75}
+    summary = kvcache.decode_split_summary(val)
+    assert summary.loc[("a", 128), "sequences"] == 2 and summary.loc[("a", 128), "splits"] == "4, 1"
+    assert summary.loc[("a", 128), "equal_at_predicted (split sequences, mean)"] == 0.8  # sequence 1 is not split
+    with pytest.raises(ValueError, match="decode_split_record"):
+        kvcache.decode_split_points(val.drop(columns="sequence"))
+    from fp8lab.reference.experiments import decode_split_record
+
+    recorded = decode_split_record(Path(__file__).resolve().parents[1] / "results" / "h200")
+    eager = kvcache.decode_split_eager_record(recorded)
+    assert len(eager["predicted_splits"]) == int((recorded.num_splits == 0).sum())
+
+
+def test_exercise_helpers():
+    v = torch.tensor([1.0, -2.0])
+    choices = {"tight": (1.0, 1.0, 2 / 448), "loose": (1.0, 1.0, 1.0), "edge": (1.0, 1.0, 200 / 448)}
+    assert kvcache.saturating_scales(choices, v, factor=100) == {"tight"}
+    assert kvcache.saturating_scales(choices, v, factor=1) == set()
+    batch = _batch()
+    qs, cache = kvcache.caches_for(batch, {"ck": kvcache.scale_choices(batch.q, batch.k, batch.v)[kvcache.CHECKPOINT]})["ck"]
+    same = kvcache.q_scale_misset(batch, cache, qs, factor=1)
+    assert same == {"growth": pytest.approx(1.0), "saturated": 0.0}
+    small = kvcache.q_scale_misset(batch, cache, qs, factor=8)
+    assert small["saturated"] == pytest.approx(float((batch.q.abs() > 448 * qs / 8).double().mean()))
+    assert small["growth"] > 1.5  # the clipped Q values are the largest scores
+    first, splits = kvcache.first_batch_without_splits(2000, 8, 96)
+    assert splits[first - 1] > 1 and all(s == 1 for b, s in splits.items() if b >= first)
+    n = -(-2000 // 96)  # a sequence stays whole once ceil(1.1 * heads_kv * all key blocks / SMs) reaches its blocks
+    assert first == next(b for b in range(1, 65) if -(-(1.1 * 8 * n * b) // 132) >= n)
+    with pytest.raises(ValueError, match="raise max_batch"):
+        kvcache.first_batch_without_splits(2000, 8, 96, max_batch=3)

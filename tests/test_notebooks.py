@@ -32,6 +32,13 @@ def test_notebook_is_clean_and_parametrized(name):
     assert nb.cells[0].cell_type == "markdown", f"{name}: should open with what the reader will learn"
 
 
+def test_readme_lists_every_notebook():
+    readme = (NB_DIR.parent / "README.md").read_text()
+    listed = [line.split("`")[1] for line in readme.splitlines() if line.startswith("| `") and
+              line.split("`")[1][:2].isdigit()]
+    assert listed == [s.name for s in MANIFEST], "README.md's notebook table should list the manifest, in order"
+
+
 def test_jupytext_pairs_are_in_sync():
     assert notebooks.sync(check=True) == [], "run `python -m fp8lab.notebooks sync` after editing a notebook's .py"
     assert sorted(p.stem for p in NB_DIR.glob("[0-9][0-9]_*.py")) == FILES

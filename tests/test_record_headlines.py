@@ -1,5 +1,5 @@
 """The recorded figures the notebooks quote instead of typing them: `bench.long_context_headline`
-(notebooks 05-08) and `explain.transpose_v_summary` (notebook 08 (p) and its summary)."""
+(notebooks 05-07 and 09) and `explain.transpose_v_summary` (notebook 09 (i) and its summary)."""
 
 import json
 

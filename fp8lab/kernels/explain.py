@@ -1,11 +1,11 @@
-"""Helpers that explain the FP8 kernels (notebooks 02, 07 and 08): each FP8 step in numbers, the
+"""Helpers that explain the FP8 kernels (notebooks 02, 07, 08 and 09): each FP8 step in numbers, the
 one-pass delayed-scaling kernel against the reference, and the tuning record read back from results/h200.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import pandas as pd
@@ -13,25 +13,33 @@ import torch
 import triton
 import triton.language as tl
 
-from fp8lab.bench import load_results, mbarrier_waits, read_clock_log, read_ncu_raw, read_ncu_sass, records_frame
+from fp8lab.bench import (load_results, long_context_headline, mbarrier_waits, read_clock_log, read_ncu_raw,
+                          read_ncu_sass, records_frame)
 from fp8lab.env import triton_interpret
 from fp8lab.formats import cast_to_fp8, get_format
 from fp8lab.layout import check_attention_inputs
 from fp8lab.kernels import attention as _attention
 from fp8lab.kernels.attention import AttentionConfig, key_order
-from fp8lab.kernels.attention_ws import WsConfig
+from fp8lab.kernels.attention_ws import WsConfig, key_ordered_vt
 from fp8lab.kernels.fp8_rounding import round_to_bf16, round_to_e4m3
 from fp8lab.kernels.quantize import quantize_delayed
-from fp8lab.metrics import rel_l2
+from fp8lab.metrics import rel_l2, ulps_apart
 from fp8lab.reference.exact import attention_exact, dequantize
 from fp8lab.reference.fa3 import FA3Steps, attention_fa3_fp8
 from fp8lab.scaling import ScaleStrategy, quantize
 
-__all__ = ["api_overhead", "cast_demo", "pv_accumulation", "consumer_registers", "correctness_record", "delayed_kernel_check", "folded_scale_error", "kernel_ratios",
-           "key_order_values", "max_offset_sinks", "online_softmax_check", "p_grid_fractions", "pseudo_code", "p_register_layout", "quant_size_table", "quant_sizes", "quant_split_table", "sink_inputs", "transpose_v_summary",
-           "tuning_record", "v10_record", "v11_record",
-           "v12_consumers_record", "v12_record", "v19_persistent_record", "v20_dynamic_record", "v21_causal_grids",
-           "v22_quant_profile", "v23_after_compile", "v23_swing", "v_layout_costs", "ws_record"]
+__all__ = ["api_overhead", "cast_demo", "causal_schedule_table", "consumer_registers", "correctness_record",
+           "delayed_kernel_check", "describe_transpose_v", "fetched_counts", "flush_register_table",
+           "folded_scale_error", "kernel_agreement", "kernel_gain", "kernel_ratios", "key_order_values",
+           "key_ordered_vt_landing", "long_context_table", "max_offset_errors", "max_offset_sinks",
+           "online_softmax_check", "p_cast_cost", "p_grid_fractions", "p_register_layout",
+           "persistent_schedule", "pseudo_code", "pv_accumulation", "pv_accumulation_summary",
+           "pv_flush_kept", "quant_size_table", "quant_sizes", "quant_split_table", "register_carry_table",
+           "sink_inputs", "transpose_v_ratios", "transpose_v_summary", "transposer_keys", "tuning_record",
+           "tuning_table", "v10_record", "v11_record", "v12_consumers_record", "v12_record",
+           "v19_persistent_record", "v20_dynamic_record", "v20_gains", "v21_causal_grids",
+           "v22_quant_profile", "v23_after_compile", "v23_swing", "v24_api_grid", "v24_v_layout", "v_layout_costs",
+           "ws_record", "ws_table", "flush_registers", "pv_flush", "transpose_v_forms"]
 
 
 def _scores(q, k, q_descale, k_descale, softmax_scale):
@@ -146,6 +154,65 @@ def max_offset_sinks(attention: Callable, gaps: tuple[float, ...] = (0.0, 4.0, 6
     return pd.DataFrame(rows)
 
 
+def kernel_agreement(out: torch.Tensor, emulation: torch.Tensor, exact: torch.Tensor) -> pd.DataFrame:
+    """How close a kernel's output is to the emulation and both to exact attention, all of one shape.
+
+    out, emulation: the kernel's and the emulation's outputs (bf16 or fp16); exact: exact attention on
+    the same FP8 inputs (any float dtype). One row per pair ("kernel vs emulation", "emulation vs
+    exact", "kernel vs exact"). Columns: pair, rel_l2 (relative L2 distance, the second as the
+    reference), elements, bitwise_equal (elements with identical bits) and max_ulps (the largest
+    distance in representable values); the last two only where both tensors share a 16-bit float
+    dtype, missing (pd.NA) otherwise.
+    """
+    if not (out.shape == emulation.shape == exact.shape):
+        raise ValueError(f"expected three outputs of one shape, got {tuple(out.shape)}, {tuple(emulation.shape)} "
+                         f"and {tuple(exact.shape)}")
+    rows = []
+    for pair, x, ref in (("kernel vs emulation", out, emulation), ("emulation vs exact", emulation, exact),
+                         ("kernel vs exact", out, exact)):
+        row = dict(pair=pair, rel_l2=float(rel_l2(x, ref)), elements=x.numel(), bitwise_equal=None, max_ulps=None)
+        if x.dtype == ref.dtype and x.dtype in (torch.bfloat16, torch.float16):
+            ulps = ulps_apart(x, ref)
+            row.update(bitwise_equal=int((ulps == 0).sum()), max_ulps=int(ulps.max()) if ulps.numel() else 0)
+        rows.append(row)
+    return pd.DataFrame(rows).astype({"bitwise_equal": "Int64", "max_ulps": "Int64"})
+
+
+def max_offset_errors(attention: Callable, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                      q_descale: torch.Tensor | None = None, k_descale: torch.Tensor | None = None,
+                      v_descale: torch.Tensor | None = None, *, causal: bool = False,
+                      max_offsets: tuple[float, ...] = (0.0, 8.0)) -> pd.DataFrame:
+    """The output's error against exact float64 attention with each max offset.
+
+    attention(q, k, v, q_descale, k_descale, v_descale, causal=..., max_offset=...) is the kernel under
+    test (`fp8_attention`, or `attention_fa3_fp8` with a `block_n`); q (batch, seqlen_q, heads_q, d), k, v
+    (batch, seqlen_k, heads_kv, d) e4m3fn, descales float32 (batch, heads_kv) or None (1). Columns:
+    max_offset, rel_l2_vs_exact.
+    """
+    exact = attention_exact(q, k, v, q_descale=q_descale, k_descale=k_descale, v_descale=v_descale, causal=causal)
+    return pd.DataFrame([
+        dict(max_offset=off, rel_l2_vs_exact=float(rel_l2(
+            attention(q, k, v, q_descale, k_descale, v_descale, causal=causal, max_offset=off), exact)))
+        for off in max_offsets])
+
+
+def p_cast_cost(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_descale: torch.Tensor | None = None,
+                k_descale: torch.Tensor | None = None, v_descale: torch.Tensor | None = None, *,
+                causal: bool = False, block_n: int) -> pd.DataFrame:
+    """What the P cast costs: the FA3 emulation (blocks of `block_n` keys) with and without its e4m3
+    cast of P, both without the bf16 output cast, against exact float64 attention on the same FP8
+    inputs (q, k, v e4m3fn as `attention_fa3_fp8` takes them). Columns: p_cast ("with the P cast",
+    "without the P cast"), rel_l2_vs_exact."""
+    exact = attention_exact(q, k, v, q_descale=q_descale, k_descale=k_descale, v_descale=v_descale, causal=causal)
+    rows = []
+    for name, steps in (("with the P cast", FA3Steps().without("output")),
+                        ("without the P cast", FA3Steps().without("output", "p"))):
+        out = attention_fa3_fp8(q, k, v, q_descale, k_descale, v_descale, causal=causal, block_n=block_n,
+                                steps=steps)
+        rows.append(dict(p_cast=name, rel_l2_vs_exact=float(rel_l2(out, exact))))
+    return pd.DataFrame(rows)
+
+
 def correctness_record(results_dir: str | Path, version: str = "v2", variant: str = "transposed") -> pd.DataFrame:
     """The record's GPU correctness check of one kernel version: per case, the kernel's and FA3's
     relative L2 distance from the emulation, and each as a fraction of the emulation's own error
@@ -168,6 +235,12 @@ def tuning_record(results_dir: str | Path) -> pd.DataFrame:
     return best[["version", "setting", "tflops", "config"]].reset_index(drop=True)
 
 
+def tuning_table(record: pd.DataFrame) -> pd.DataFrame:
+    """`tuning_record` as a table: one row per setting (in the record's order), one column per version,
+    the best TFLOP/s; NaN where a version's sweep did not time that setting."""
+    return record.pivot_table(index="setting", columns="version", values="tflops", sort=False)
+
+
 def ws_record(results_dir: str | Path) -> pd.DataFrame:
     """The warp-specialized Gluon kernel (v8a, v8b, v8) against the Triton kernel's default and
     fa3-fwd FP8 on the grid, each from its own run. One row per (version, case, kernel):
@@ -188,6 +261,12 @@ def ws_record(results_dir: str | Path) -> pd.DataFrame:
                                  config=best["config"], tflops=float(best["tflops"]),
                                  ratio=float(best["tflops"]) / float(fa3[(version, case)])))
     return pd.DataFrame(rows)
+
+
+def ws_table(record: pd.DataFrame) -> pd.DataFrame:
+    """`ws_record` as a table: one row per case, one column per (version, kernel), the ratio to FA3 FP8
+    of the same run rounded to two decimals."""
+    return record.pivot_table(index="case", columns=["version", "kernel"], values="ratio", sort=False).round(2)
 
 
 def _round_medians(path: Path, names: dict[str, str]) -> pd.DataFrame:
@@ -247,6 +326,18 @@ def consumer_registers(head_dim: int, block_n: int, consumers: int = 2) -> dict[
                 p_e4m3_bytes=s, p_packed=s // 4, budget=WsConfig(consumers=consumers).consumer_regs)
 
 
+def register_carry_table(tiles: Iterable[tuple[int, int, int]]) -> pd.DataFrame:
+    """`consumer_registers` for each (head_dim, block_n, consumers) in `tiles`, one row each, with its
+    columns and two sums: "O + S + P float32" (P carried in float32, v11) and "O + S + P packed" (four
+    e4m3 per word, v12), to hold against `budget`."""
+    table = pd.DataFrame([consumer_registers(d, n, c) for d, n, c in tiles])
+    if table.empty:
+        raise ValueError("tiles: expected at least one (head_dim, block_n, consumers)")
+    table["O + S + P float32"] = table["o"] + table["s"] + table["p_float32"]
+    table["O + S + P packed"] = table["o"] + table["s"] + table["p_packed"]
+    return table
+
+
 def v12_record(results_dir: str | Path) -> pd.DataFrame:
     """v12's packed P against v11's, from one run (`bench_v12_ws1.json`, medians over two rounds;
     head dim 256, and 128 at 4k tokens), all with V^T from `key_ordered_vt`: P crossing the loop in
@@ -285,6 +376,33 @@ def v19_persistent_record(results_dir: str | Path, run: int = 2) -> pd.DataFrame
     return _round_medians(Path(results_dir) / f"bench_v19_ps{run}.json", names)
 
 
+def kernel_gain(record: pd.DataFrame, kernel: str, over: str) -> pd.Series:
+    """Per case of a `_round_medians`-shaped record (`v19_persistent_record`, `v20_dynamic_record`, ...),
+    kernel's TFLOP/s over `over`'s, minus one (0.02: 2 % faster), in the record's case order; only the
+    cases where both were timed. Named "<kernel> vs <over>"."""
+    tflops = record.pivot_table(index="case", columns="kernel", values="tflops", sort=False, observed=True)
+    missing = [k for k in (kernel, over) if k not in tflops.columns]
+    if missing:
+        raise ValueError(f"no kernel {missing} in this record; expected one of {list(tflops.columns)}")
+    return (tflops[kernel] / tflops[over] - 1).dropna().rename(f"{kernel} vs {over}")
+
+
+def persistent_schedule(batch: int, seqlen_q: int, heads: int, block_m: int, programs: int = 132) -> dict[str, int]:
+    """How `programs` persistent programs share the tiles of one launch (one tile: `block_m` query rows
+    of one head of one sequence). tiles = ceil(seqlen_q / block_m) x batch x heads; with a fixed list
+    (program p takes tiles p, p + programs, ...) `full_waves` rounds give every program a tile, the
+    `last_wave` tiles left over go to that many programs, and the busiest program takes `busiest`.
+    With the tile counter every program starts with tile p and asks the counter once per tile it takes
+    and once more to find none: `counter_adds` = (tiles - programs) + programs = tiles."""
+    if min(batch, seqlen_q, heads, block_m, programs) < 1:
+        raise ValueError(f"expected positive sizes, got batch={batch}, seqlen_q={seqlen_q}, heads={heads}, "
+                         f"block_m={block_m}, programs={programs}")
+    tiles = math.ceil(seqlen_q / block_m) * batch * heads
+    programs = min(programs, tiles)  # a launch never starts more programs than tiles
+    return dict(tiles=tiles, programs=programs, full_waves=tiles // programs, last_wave=tiles % programs,
+                busiest=math.ceil(tiles / programs), counter_adds=tiles)
+
+
 def v20_dynamic_record(results_dir: str | Path) -> pd.DataFrame:
     """Three ways to hand tiles to the Gluon kernel's programs, v12's tiles with key-ordered V^T in
     all, and commit 3f90e40's kernel (v19) one program per tile, from two runs of three rounds each
@@ -301,6 +419,19 @@ def v20_dynamic_record(results_dir: str | Path) -> pd.DataFrame:
     return pd.concat([first[first["head_dim"] == 64], second[second["head_dim"] > 64]], ignore_index=True)
 
 
+def v20_gains(record: pd.DataFrame) -> pd.DataFrame:
+    """`v20_dynamic_record`'s three comparisons per case, each `kernel_gain` (0.02: 2 % faster), NaN
+    where not timed: "counter vs list" (the tile counter against v19's fixed lists, every case), "no
+    loop vs v19" (one program per tile without the tile loop against v19's kernel, causal cases) and
+    "counter vs one per tile" (the counter against one program per tile, causal cases)."""
+    counter, fixed = "persistent, tile counter (v20)", "persistent, fixed list (v19)"
+    per_tile, v19_per_tile = "one program per tile", "v19's kernel, one program per tile"
+    cases = pd.Index(record["case"].drop_duplicates(), name="case")
+    return pd.DataFrame({"counter vs list": kernel_gain(record, counter, fixed),
+                         "no loop vs v19": kernel_gain(record, per_tile, v19_per_tile),
+                         "counter vs one per tile": kernel_gain(record, counter, per_tile)}).reindex(cases)
+
+
 def v21_causal_grids(results_dir: str | Path) -> pd.DataFrame:
     """The Gluon kernel's TFLOP/s over FA3 FP8's, per causal case, in v20's two grids (one program
     per tile, `bench_v20_grid*.json`) and v21's two (the tile counter, `bench_v21_grid*.json`):
@@ -313,6 +444,15 @@ def v21_causal_grids(results_dir: str | Path) -> pd.DataFrame:
         "one program per tile": (ratios("bench_v20_grid") + ratios("bench_v20_grid_run2")) / 2,
         "counter": (ratios("bench_v21_grid") + ratios("bench_v21_grid_run2")) / 2,
     })
+
+
+def causal_schedule_table(grids: pd.DataFrame) -> pd.DataFrame:
+    """`v21_causal_grids` with its difference, "counter - one per tile" (in units of FA3 FP8's speed),
+    and a last row "mean" over the cases."""
+    if list(grids.columns) != ["one program per tile", "counter"]:
+        raise ValueError(f"expected v21_causal_grids' columns, got {list(grids.columns)}")
+    table = grids.assign(**{"counter - one per tile": grids["counter"] - grids["one program per tile"]})
+    return pd.concat([table, table.mean().to_frame("mean").T])
 
 
 def v23_after_compile(results_dir: str | Path, case: str = "2x8192x32x256") -> pd.DataFrame:
@@ -542,18 +682,46 @@ def transpose_v_forms(results_dir: str | Path) -> pd.DataFrame:
     return pd.concat(frames).reorder_levels(["form", "case"])
 
 
+def transpose_v_ratios(forms: pd.DataFrame) -> pd.DataFrame:
+    """`transpose_v_forms` (or any frame with its columns "V^T ready", "+ copy", "transpose_v" and "no
+    transpose") as fractions of the V^T-ready kernel of the same run, per row: "transpose_v / V^T ready"
+    (the in-kernel transpose), "no transpose / V^T ready" (a transposer that does no work; NaN where not
+    timed) and "+ copy / V^T ready" (`key_ordered_vt` inside the timed call). Same index as `forms`."""
+    ready = forms["V^T ready"]
+    return pd.DataFrame({"transpose_v / V^T ready": forms["transpose_v"] / ready,
+                         "no transpose / V^T ready": forms["no transpose"] / ready,
+                         "+ copy / V^T ready": forms["+ copy"] / ready})
+
+
 def transpose_v_summary(forms: pd.DataFrame, form: str = "LDSM.T") -> pd.DataFrame:
     """One form of `transpose_v_forms` by head dim: the lowest and highest (over causal and not) of the
     in-kernel transpose, the copy (`key_ordered_vt` inside the timed call) and the transposer that does no
     work, each as a fraction of the V^T-ready kernel of its own run. Rows: head dim; columns: (ratio,
     "lowest" / "highest"); NaN where the run timed no such tiles ("no transpose" at head dim 256)."""
-    tv = forms.xs(form, level="form")
-    ratios = pd.DataFrame({"transpose_v / V^T ready": tv["transpose_v"] / tv["V^T ready"],
-                           "+ copy / V^T ready": tv["+ copy"] / tv["V^T ready"],
-                           "no transpose / V^T ready": tv["no transpose"] / tv["V^T ready"]})
+    forms_timed = list(dict.fromkeys(forms.index.get_level_values("form")))
+    if form not in forms_timed:
+        raise ValueError(f"no form {form!r}; expected one of {forms_timed}")
+    ratios = transpose_v_ratios(forms).xs(form, level="form")
     head_dim = ratios.index.map(lambda case: int(case.split()[0].split("x")[-1])).rename("head_dim")
     out = ratios.groupby(head_dim).agg(["min", "max"])
     return out.rename(columns={"min": "lowest", "max": "highest"}, level=1)
+
+
+def describe_transpose_v(summary: pd.DataFrame) -> list[str]:
+    """`transpose_v_summary` in words, one line per head dim: the in-kernel transpose, the copy plus the
+    kernel and (where timed) the transposer that does no work, each as lowest-highest fraction of the
+    V^T-ready kernel's speed."""
+    def span(row: pd.Series, ratio: str) -> str:
+        return f"{row[(ratio, 'lowest')]:.2f}-{row[(ratio, 'highest')]:.2f}x"
+
+    lines = []
+    for d, row in summary.iterrows():
+        line = (f"d={d}: in-kernel transpose {span(row, 'transpose_v / V^T ready')}, "
+                f"copy + kernel {span(row, '+ copy / V^T ready')}")
+        if not pd.isna(row[("no transpose / V^T ready", "lowest")]):
+            line += f", no transpose (in place) {span(row, 'no transpose / V^T ready')}"
+        lines.append(line)
+    return lines
 
 
 def pv_accumulation(results_dir: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -568,6 +736,22 @@ def pv_accumulation(results_dir: str | Path) -> tuple[pd.DataFrame, pd.DataFrame
     return errors, speed
 
 
+def pv_accumulation_summary(errors: pd.DataFrame,
+                            one_level: tuple[str, ...] = ("triton kernel", "gluon kernel", "fa3-fwd"),
+                            flushed: tuple[str, ...] = ("triton kernel, pv_flush",)) -> dict[str, float]:
+    """`pv_accumulation`'s errors in four numbers: the worst of the `one_level` rows (O accumulated in
+    the FP8 MMA) at the fewest keys ("one level, shortest") and at the most ("one level, longest"), and
+    the lowest and highest of the `flushed` rows at any length ("pv_flush, lowest", "pv_flush, highest");
+    with "shortest" and "longest", the numbers of keys."""
+    missing = [who for who in one_level + flushed if who not in errors.index]
+    if missing:
+        raise ValueError(f"no rows {missing} in these errors; expected some of {list(errors.index)}")
+    one, flush = errors.loc[list(one_level)], errors.loc[list(flushed)]
+    return {"shortest": int(errors.columns[0]), "longest": int(errors.columns[-1]),
+            "one level, shortest": float(one.iloc[:, 0].max()), "one level, longest": float(one.iloc[:, -1].max()),
+            "pv_flush, lowest": float(flush.min().min()), "pv_flush, highest": float(flush.max().max())}
+
+
 def pv_flush(results_dir: str | Path) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """v28's `pv_flush` runs (`scripts/probe_pv_flush.py`, medians of three interleaved rounds):
 
@@ -579,7 +763,9 @@ def pv_flush(results_dir: str | Path) -> tuple[pd.DataFrame, pd.DataFrame, pd.Da
     the Gluon kernel's `pv_halves` (`bench_v28_pv_halves.json`). grid: the issue's grid with both
     kernels' `pv_flush` defaults (`bench_v28_pv_flush_grid.json`; head dim 256 from the later run
     with `pv_halves` the default, `_grid_d256.json`), and the faster of the two flushing kernels
-    against fa3-fwd FP8 (no flush), vLLM's FP8 varlen path (flushes every block) and FA3 bf16."""
+    against fa3-fwd FP8 (no flush), vLLM's FP8 varlen path (flushes every block) and FA3 bf16; then each
+    kernel's flushing default over its plain default ("Triton pv_flush / Triton", "Gluon pv_flush / Gluon":
+    the speed the flush keeps)."""
     rdir = Path(results_dir)
 
     def rows(name: str, keep=lambda r: True) -> list[dict]:
@@ -601,7 +787,25 @@ def pv_flush(results_dir: str | Path) -> tuple[pd.DataFrame, pd.DataFrame, pd.Da
     best = grid[["Triton pv_flush", "Gluon pv_flush"]].max(axis=1)
     for other in ("FA3 FP8", "vLLM FP8 varlen", "FA3 bf16"):
         grid[f"pv_flush / {other}"] = best / grid[other]
+    for kernel in ("Triton", "Gluon"):
+        grid[f"{kernel} pv_flush / {kernel}"] = grid[f"{kernel} pv_flush"] / grid[kernel]
     return errors, tiles, grid
+
+
+def pv_flush_kept(tiles: pd.DataFrame, case: str, config: AttentionConfig) -> float:
+    """From `pv_flush`'s tiles: the Triton kernel's TFLOP/s in `config` (a `pv_flush` tile) over its
+    default's ("fp8lab") on `case`, the fraction of the speed the tile keeps."""
+    column = f"fp8lab {config.label()}"
+    if column not in tiles.columns or case not in tiles.index:
+        raise ValueError(f"no timing of {column!r} on {case!r}; timed: {list(tiles.columns)} on {list(tiles.index)}")
+    return float(tiles.loc[case, column] / tiles.loc[case, "fp8lab"])
+
+
+def long_context_table(results_dir: str | Path) -> pd.DataFrame:
+    """`fp8lab.bench.long_context_headline`'s probe as a table: rel L2 against exact attention on V + 1
+    inputs (d = 128), one row per provider ("fa3-fwd", "ours": the worse of our two kernels, "ours,
+    pv_flush": the worst flushing tile, "vllm-so"), one column per number of keys."""
+    return pd.DataFrame(long_context_headline(results_dir)["probe"]).T
 
 
 def flush_registers(config: AttentionConfig, head_dim: int) -> dict[str, object]:
@@ -619,6 +823,15 @@ def flush_registers(config: AttentionConfig, head_dim: int) -> dict[str, object]
     flush = o if config.pv_flush else 0
     return dict(config=config.label(), head_dim=head_dim, rows_per_warpgroup=rows, s=s, o=o, pv_tile=flush,
                 total=s + o + flush, budget=255)
+
+
+def flush_register_table(configs: Iterable[AttentionConfig], head_dim: int) -> pd.DataFrame:
+    """`flush_registers` for each config at `head_dim`, one row each, indexed by the config's label;
+    columns head_dim, rows_per_warpgroup, s, o, pv_tile, total, budget."""
+    table = pd.DataFrame([flush_registers(c, head_dim) for c in configs])
+    if table.empty:
+        raise ValueError("configs: expected at least one AttentionConfig")
+    return table.set_index("config")
 
 
 def api_overhead(results_dir: str | Path, version: str = "v24") -> pd.DataFrame:
@@ -650,6 +863,29 @@ def key_order_values(block_n: int = 32, device: str | torch.device | None = None
     return tau.cpu()
 
 
+def key_ordered_vt_landing(block: int = 32, device: str | torch.device = "cpu") -> torch.Tensor:
+    """Where `key_ordered_vt` stores each key: (block,) int64, the V^T column of key c, found by
+    running the copy on V = identity (V^T then is a permutation matrix). block: a multiple of 32;
+    device: where V is made (a GPU runs `transpose_keys`, the CPU torch's copy)."""
+    if block < 32 or block % 32:
+        raise ValueError(f"block: expected a positive multiple of 32 keys, got {block}")
+    eye = torch.eye(block).reshape(1, block, 1, block).to(torch.float8_e4m3fn).to(device)  # v[0, key, 0, j] = key == j
+    moved = key_ordered_vt(eye).data[0, 0].float()  # (head_dim j, key column): a 1 where key j landed
+    return moved.argmax(dim=1).cpu()
+
+
+def transposer_keys(t: int, group: int) -> list[int]:
+    """The keys a transposer thread with lane index t (0..3) of the Gluon kernel's `transpose_v` reads
+    from group `group` of 16 keys (0: keys 0-15, 1: keys 16-31 of each 32): the four that
+    `key_ordered_vt` stores at V^T positions 16 group + 4t .. 16 group + 4t + 3, so that a 4 x 4 byte
+    transpose gives whole words of V^T. Sorted."""
+    if t not in range(4) or group not in range(2):
+        raise ValueError(f"expected t in 0..3 and group in 0..1, got t={t}, group={group}")
+    landing = key_ordered_vt_landing(32)
+    first = 16 * group + 4 * t
+    return sorted(key for key in range(32) if first <= int(landing[key]) < first + 4)
+
+
 def p_register_layout(device: str | torch.device = "cpu") -> pd.DataFrame:
     """FP8 step 5 in a table, for the four threads of a quad and one group of 32 keys.
 
@@ -670,6 +906,13 @@ def p_register_layout(device: str | torch.device = "cpu") -> pd.DataFrame:
                      "fetched from other threads, plain": len(set(need) - set(cols)),
                      "fetched from other threads, permute_keys": len(set(need) - set(held))})
     return pd.DataFrame(rows).set_index("thread")
+
+
+def fetched_counts(layout: pd.DataFrame) -> dict[str, int]:
+    """`p_register_layout`'s shuffles summed over the quad: P values its four threads must fetch from
+    other threads, {"plain": ..., "permute_keys": ...}."""
+    return {"plain": int(layout["fetched from other threads, plain"].sum()),
+            "permute_keys": int(layout["fetched from other threads, permute_keys"].sum())}
 
 
 @triton.jit

@@ -6,7 +6,7 @@ and `key_ordered_vt` store V so; on a GPU both run `transpose_keys`: each progra
 of keys x head_dim (coalesced along head_dim), transposes it on chip and stores it along the
 keys, optionally with key c of every 32 stored at column `key_order(c)` (where P's registers,
 relabelled by `in_key_order`, hold its probability; the Triton kernel instead reads K's rows in the
-inverse direction, column c holding key `key_order(c)`: notebook 08 (j)).
+inverse direction, column c holding key `key_order(c)`: notebook 09 (c)).
 torch's strided copy does the same transpose of one-byte elements an order of magnitude slower
 (v1: 0.38 ms for 64 MiB).
 """

@@ -1,4 +1,4 @@
-"""Figures for FP8 attention accuracy (notebook 05): one message per figure, labelled axes."""
+"""Figures for FP8 attention accuracy (notebooks 05 and 06): one message per figure, labelled axes."""
 
 from __future__ import annotations
 
@@ -6,7 +6,8 @@ import matplotlib.pyplot as plt
 import pandas as pd
 import seaborn as sns
 
-__all__ = ["plot_attribution", "plot_fidelity", "plot_long_context", "plot_max_offset", "plot_scaling", "plot_table3"]
+__all__ = ["plot_attribution", "plot_decode_errors", "plot_decode_splits", "plot_fidelity", "plot_long_context",
+           "plot_max_offset", "plot_scaling", "plot_table3"]
 
 
 def plot_table3(df: pd.DataFrame, ax: plt.Axes | None = None) -> plt.Axes:
@@ -79,4 +80,27 @@ def plot_fidelity(df: pd.DataFrame, target: float = 0.1, ax: plt.Axes | None = N
     ax.tick_params(axis="x", rotation=45)
     ax.legend()
     ax.set_title("How far the emulation is from the hardware, in units of the hardware's own error")
+    return ax
+
+
+def plot_decode_errors(df: pd.DataFrame, ax: plt.Axes | None = None) -> plt.Axes:
+    """Bars: decode error per scale choice, storage alone ("dequantized") beside FA3's FP8 math
+    ("fa3_fp8"); df is `fp8lab.kvcache.decode_error_table` (notebook 06)."""
+    ax = ax or plt.subplots(figsize=(8, 3.8))[1]
+    long = df[["fa3_fp8", "dequantized"]].reset_index().melt(id_vars="scales", var_name="math",
+                                                              value_name="rel L2 vs exact")
+    sns.barplot(data=long, y="scales", x="rel L2 vs exact", hue="math", ax=ax)
+    ax.set(xscale="log", xlabel="relative L2 error of the decode output (log scale)", ylabel="",
+           title="Decode error: FP8 storage alone vs FA3's FP8 math")
+    return ax
+
+
+def plot_decode_splits(points: pd.DataFrame, ax: plt.Axes | None = None) -> plt.Axes:
+    """Points: per recorded sequence, the fraction of bf16 outputs bit-equal to vLLM's library, with the
+    emulation split as FA3 predicts and not split; points is `fp8lab.kvcache.decode_split_points`."""
+    ax = ax or plt.subplots(figsize=(9, 4))[1]
+    sns.scatterplot(data=points, x="predicted_splits", y="equal", hue="emulation", style="emulation", s=60, ax=ax)
+    ax.set(xlabel="splits FA3 gives the sequence (fa3_decode_splits)",
+           ylabel="fraction of bf16 outputs bit-equal\nto vLLM's library", ylim=(0, 1),
+           title="H200, paged FP8 decode, one point per sequence: vLLM's bits need FA3's splits")
     return ax

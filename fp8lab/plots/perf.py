@@ -1,4 +1,4 @@
-"""Figures for performance (notebooks 07 and 08): one message per figure, labelled axes.
+"""Figures for performance (notebooks 07, 08 and 09): one message per figure, labelled axes.
 
 Each `plot_*` takes an optional matplotlib `ax`, draws from a pandas DataFrame
 (as `fp8lab.bench.records_frame` returns it, or built from it) and returns the Axes.
@@ -40,8 +40,10 @@ def plot_providers(grid: pd.DataFrame, head_dim: int, ax: plt.Axes | None = None
     return ax
 
 
-def plot_ratio(ratios: pd.DataFrame, target: float = 0.9, ax: plt.Axes | None = None) -> plt.Axes:
-    """Points: our TFLOP/s over FA3 FP8's per case, against the target line."""
+def plot_ratio(ratios: pd.DataFrame, target: float = 0.9, ax: plt.Axes | None = None,
+               title: str = "fp8lab against FA3 FP8, per case") -> plt.Axes:
+    """Points: our TFLOP/s over FA3 FP8's per case (columns seqlen, head_dim, ratio; e.g.
+    `fp8lab.records.target_table`), against the target line."""
     ax = ax or plt.subplots(figsize=(8, 3.6))[1]
     sns.pointplot(data=ratios, x="seqlen", y="ratio", hue="head_dim", markers="o", linestyles="-",
                   palette="viridis", ax=ax)
@@ -49,7 +51,7 @@ def plot_ratio(ratios: pd.DataFrame, target: float = 0.9, ax: plt.Axes | None = 
     ax.text(0.02, target + 0.01, f"target {target}x", transform=ax.get_yaxis_transform())
     ax.set_xlabel("sequence length (tokens; batch = 16k / seqlen)")
     ax.set_ylabel("fp8lab / FA3 FP8 (TFLOP/s ratio)")
-    ax.set_title("fp8lab against FA3 FP8, per case")
+    ax.set_title(title)
     return ax
 
 

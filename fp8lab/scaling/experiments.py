@@ -1,21 +1,75 @@
 """Experiments the notebooks run (and the tests check): tables of errors per strategy.
 
-Each returns a pandas DataFrame with one row per measurement; errors come from
-`fp8lab.metrics` (x = the FP8 round trip or FP8 attention, ref = the float64 truth).
+Each returns a pandas DataFrame (or a dict) whose columns its docstring names; errors come
+from `fp8lab.metrics` (x = the FP8 round trip or FP8 attention, ref = the float64 truth).
+Notebook 02 (scale strategies) uses the functions from `round_trip_summary` to
+`percentile_sqnr`, notebook 03 (per-head scales and strides) those from
+`per_head_round_trip` on, with `head_spread_sweep` and `fallback_sweep`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import math
+from collections.abc import Callable, Mapping, Sequence
 
 import pandas as pd
 import torch
 
-from fp8lab import metrics
+from fp8lab import formats, metrics
+from fp8lab.scaling.calibration import DEFAULT_MSE_RATIOS, calibrate
 from fp8lab.scaling.checkpoint import resolve_checkpoint_scales
-from fp8lab.scaling.strategy import ScaleStrategy, dequantize, descale_from_amax, quantize, quantize_with_descale
+from fp8lab.scaling.fa3 import (
+    as_contiguous_reads,
+    as_kernel_reads,
+    descale_from_heads,
+    descale_from_scalar,
+    descale_from_tokens,
+    quantize_for_fa3,
+)
+from fp8lab.scaling.granularity import Granularity, PerBlock, PerChannel, PerHead, PerTensor, PerToken
+from fp8lab.scaling.strategy import (
+    CurrentAmax,
+    DelayedAmax,
+    ScaleStrategy,
+    StaticAmax,
+    compute_amax,
+    dequantize,
+    descale_from_amax,
+    quantize,
+    quantize_with_descale,
+)
 
-__all__ = ["METRIC_NAMES", "compare_strategies", "delayed_trace", "fallback_sweep", "head_spread_sweep"]
+__all__ = [
+    "METRIC_NAMES",
+    "NOT_FA3",
+    "attention_layouts_agree",
+    "best_and_worst",
+    "by_key",
+    "calibration_picks",
+    "checkpoint_provenance",
+    "compare_on_distributions",
+    "compare_strategies",
+    "current_spread",
+    "delayed_summary",
+    "delayed_trace",
+    "descale_layout_table",
+    "exact_max_split",
+    "fa3_can_take",
+    "fallback_q_over_k",
+    "fallback_sweep",
+    "gqa_descale_reads",
+    "gqa_q_scale_cost",
+    "head_spread_sweep",
+    "k_heads_vs_e4m3",
+    "log2_ratios",
+    "per_head_round_trip",
+    "percentile_sqnr",
+    "pow2_cost",
+    "round_trip_summary",
+    "strategy_set",
+    "token_reduction",
+    "worst_head_gain",
+]
 
 METRIC_NAMES: tuple[str, ...] = ("rmse", "rel_l2", "cosine", "sqnr")
 
@@ -28,12 +82,29 @@ def _clamped(x: torch.Tensor, descale: torch.Tensor, strat: ScaleStrategy) -> fl
     return (x4.float().abs() / d > strat.format.max).double().mean().item()
 
 
+NOT_FA3 = " (not FA3)"  # appended to the name of a strategy whose descale FA3 cannot take
+
+
+def fa3_can_take(strategy: ScaleStrategy) -> bool:
+    """Whether FA3 (and vLLM) can take `strategy`'s descale: its descales are `(batch, heads_kv)`, so per
+    tensor (expanded) or per head, of a tensor whose heads are KV heads, but not per token, per block or
+    per channel (`quantize_for_fa3` reduces token and block scales to it, at a cost)."""
+    if not isinstance(strategy, ScaleStrategy):
+        raise TypeError(f"strategy: expected a ScaleStrategy, got {type(strategy).__name__}")
+    return isinstance(strategy.granularity, (PerTensor, PerHead))
+
+
+def _source_kind(strategy: ScaleStrategy) -> str:
+    return {CurrentAmax: "current", StaticAmax: "static", DelayedAmax: "delayed"}[type(strategy.source)]
+
+
 def compare_strategies(
     tensors: Mapping[str, torch.Tensor],
     strategies: Mapping[str, ScaleStrategy],
     metric_names: Sequence[str] = METRIC_NAMES,
 ) -> pd.DataFrame:
-    """Round-trip error of every strategy on every tensor: columns tensor, strategy, one per metric,
+    """Round-trip error of every strategy on every tensor: columns tensor, strategy, source ("current",
+    "static" or "delayed"), power_of_two, fa3 (`fa3_can_take`: a descale FA3 accepts), one per metric,
     sqnr_worst_head (the SQNR of the worst head: a whole-tensor metric is dominated by the
     heads with the most energy and hides what happens to small heads), energy_exact_at_max (the
     share of the tensor's energy in elements stored as +-fp8_max to float32 precision: a current
@@ -51,7 +122,8 @@ def compare_strategies(
                 strat.source.reset()
             x8, d = quantize(x, strat, name=tname)
             back = dequantize(x8, d, strat, dtype=torch.float64)
-            row = {"tensor": tname, "strategy": sname}
+            row = {"tensor": tname, "strategy": sname, "source": _source_kind(strat),
+                   "power_of_two": strat.power_of_two, "fa3": fa3_can_take(strat)}
             row.update({m: metrics.METRICS[m](back, ref) for m in metric_names})
             row["sqnr_worst_head"] = float(metrics.sqnr(back, ref, per_head=True).min())
             top = (x8.float().abs() == strat.max) & ((back - ref).abs() <= 2.0**-20 * ref.abs())  # not the clamped
@@ -187,3 +259,393 @@ def head_spread_sweep(
             rows.append({"spread (binades)": s, "scales": name, "rel_l2": metrics.rel_l2(out, ref),
                          "worst head rel_l2": float(metrics.rel_l2(out, ref, per_head=True).max())})
     return pd.DataFrame(rows)
+
+
+# --------------------------------------------------------------------------- notebook 02: scale strategies
+
+
+def log2_ratios(n: int, binades: float) -> list[float]:
+    """`n` ratios log-spaced from `2**-binades` up to 1: candidate clipping ratios `amax_c / max|x|`."""
+    if isinstance(n, bool) or not isinstance(n, int) or n < 2:
+        raise ValueError(f"n: expected an int >= 2 (the first ratio and 1), got {n!r}")
+    if not 0 < binades < math.inf:
+        raise ValueError(f"binades: expected a finite number > 0, got {binades!r}")
+    return [2.0 ** (-binades * (1 - i / (n - 1))) for i in range(n)]
+
+
+def round_trip_summary(x: torch.Tensor, strategy: ScaleStrategy = ScaleStrategy()) -> pd.DataFrame:
+    """One per-tensor descale, computed, and what the round trip loses (notebook 02, section 1).
+
+    x: float tensor (B, S, H, D) or (T, H, D). Returns one column, value, indexed by: amax, "fp8 max (<fmt>)",
+    "descale = amax / max" (float32, rounded up), "largest |x_fp8|" (the fp8 max itself), "relative L2 of
+    the round trip" (float64) and "worst relative rounding of <fmt> (1/n)": half a step over the value just
+    above a power of two, `u / (1 + u)` with `u = 2**-(mantissa_bits + 1)` (1/17 for e4m3).
+    """
+    if not isinstance(strategy, ScaleStrategy) or not isinstance(strategy.granularity, PerTensor):
+        raise ValueError(f"strategy: expected a per-tensor ScaleStrategy (one descale), got {strategy!r}")
+    x8, descale = quantize(x, strategy)
+    back = dequantize(x8, descale, strategy, dtype=torch.float64)
+    fmt = strategy.format
+    u = 2.0 ** -(fmt.mantissa_bits + 1)
+    return pd.Series({
+        "amax": x.abs().max().item(),
+        f"fp8 max ({fmt.name})": strategy.max,
+        "descale = amax / max": descale.item(),
+        "largest |x_fp8|": x8.float().abs().max().item(),
+        "relative L2 of the round trip": metrics.rel_l2(back, x.double()),
+        f"worst relative rounding of {fmt.name} (1/{2 ** (fmt.mantissa_bits + 1) + 1})": u / (1 + u),
+    }, name="value").to_frame()
+
+
+def strategy_set(
+    calib: torch.Tensor,
+    *,
+    block_size: int = 128,
+    percentile: float = 99.99,
+    mse_ratios: Sequence[float] = DEFAULT_MSE_RATIOS,
+) -> dict[str, ScaleStrategy]:
+    """The strategies notebook 02 compares, named "granularity / amax source", the static ones calibrated
+    on `calib` (B, S, H, D) float. A strategy whose descale FA3 cannot take (`fa3_can_take`: per token,
+    per block, per channel) has `NOT_FA3`, " (not FA3)", appended to its name."""
+    strategies = {
+        "tensor / current": ScaleStrategy(PerTensor()),
+        "tensor / current / pow2": ScaleStrategy(PerTensor(), power_of_two=True),
+        "kv-head / current": ScaleStrategy(PerHead()),
+        f"block {block_size} / current": ScaleStrategy(PerBlock(block_size)),
+        "token / current": ScaleStrategy(PerToken()),
+        "channel / current": ScaleStrategy(PerChannel()),
+        "tensor / static max": ScaleStrategy(PerTensor(), calibrate(calib, PerTensor(), "max")),
+        f"tensor / static p{percentile:g}": ScaleStrategy(
+            PerTensor(), calibrate(calib, PerTensor(), "percentile", percentile=percentile)),
+        "tensor / static MSE": ScaleStrategy(PerTensor(), calibrate(calib, PerTensor(), "mse", ratios=mse_ratios)),
+        "kv-head / static max": ScaleStrategy(PerHead(), calibrate(calib, PerHead(), "max")),
+    }
+    return {(name if fa3_can_take(s) else name + NOT_FA3): s for name, s in strategies.items()}
+
+
+def _matching(tensors: Mapping[str, torch.Tensor], calibs: Mapping[str, torch.Tensor]) -> None:
+    missing = [name for name in tensors if name not in calibs]
+    if missing:
+        raise ValueError(f"calibs: expected a calibration tensor for every tensor, none for {missing}")
+
+
+def compare_on_distributions(
+    tensors: Mapping[str, torch.Tensor],
+    calibs: Mapping[str, torch.Tensor],
+    **strategy_options: object,
+) -> pd.DataFrame:
+    """`compare_strategies` of `strategy_set(calibs[name], **strategy_options)` on each of `tensors`
+    (name -> (B, S, H, D) float), concatenated: the columns of `compare_strategies`."""
+    _matching(tensors, calibs)
+    return pd.concat([compare_strategies({name: x}, strategy_set(calibs[name], **strategy_options))
+                      for name, x in tensors.items()], ignore_index=True)
+
+
+def by_key(table: pd.DataFrame, column: str) -> dict[str, float]:
+    """`{"tensor|strategy": value}` of one column of a `compare_strategies` table (how notebook 02 records it)."""
+    return {f"{t}|{s}": float(v) for t, s, v in zip(table["tensor"], table["strategy"], table[column])}
+
+
+def best_and_worst(table: pd.DataFrame, metric: str = "sqnr") -> pd.DataFrame:
+    """Per tensor, the strategy with the highest and the lowest `metric` of a `compare_strategies` table.
+    Index tensor; columns (best | worst, strategy | metric)."""
+    pick = {"best": table.groupby("tensor")[metric].idxmax(), "worst": table.groupby("tensor")[metric].idxmin()}
+    return pd.concat({k: table.loc[rows, ["tensor", "strategy", metric]].set_index("tensor") for k, rows in pick.items()},
+                     axis=1)
+
+
+def current_spread(table: pd.DataFrame, metric: str = "sqnr") -> pd.Series:
+    """Per tensor, max - min of `metric` over the strategies with a current amax (power-of-two ones included)."""
+    current = table[table["source"] == "current"]
+    return current.groupby("tensor")[metric].agg(lambda s: s.max() - s.min()).rename(f"{metric} spread")
+
+
+def worst_head_gain(table: pd.DataFrame, tensor: str, strategy: str, baseline: str) -> float:
+    """dB by which `strategy` raises the worst head's SQNR of `tensor` over `baseline` (a `compare_strategies` table)."""
+    worst = table.set_index(["tensor", "strategy"])["sqnr_worst_head"]
+    for s in (strategy, baseline):
+        if (tensor, s) not in worst.index:
+            raise KeyError(f"no row ({tensor!r}, {s!r}) in the table; strategies: {sorted(set(table['strategy']))}")
+    return float(worst[tensor, strategy] - worst[tensor, baseline])
+
+
+def exact_max_split(table: pd.DataFrame) -> pd.DataFrame:
+    """The rows of the current strategies, power-of-two ones left out, with columns tensor, strategy, sqnr,
+    energy_exact_at_max (the energy share of each group's largest element, stored exactly at +-fp8_max)
+    and sqnr_rest (the SQNR of every other element)."""
+    current = table[(table["source"] == "current") & ~table["power_of_two"]]
+    return current[["tensor", "strategy", "sqnr", "energy_exact_at_max", "sqnr_rest"]].reset_index(drop=True)
+
+
+def calibration_picks(
+    calibs: Mapping[str, torch.Tensor],
+    *,
+    percentile: float = 99.99,
+    mse_ratios: Sequence[float] = DEFAULT_MSE_RATIOS,
+) -> pd.DataFrame:
+    """The per-tensor amax each calibration method picks on each calibration tensor (name -> float tensor).
+
+    Columns: distribution, method ("max", "p<percentile>", "MSE"), amax, true_max (max |x|), "amax / max".
+    """
+    rows = []
+    for dist, c in calibs.items():
+        true_max = c.abs().max().item()
+        picks = {
+            "max": calibrate(c, PerTensor(), "max"),
+            f"p{percentile:g}": calibrate(c, PerTensor(), "percentile", percentile=percentile),
+            "MSE": calibrate(c, PerTensor(), "mse", ratios=mse_ratios),
+        }
+        for method, st in picks.items():
+            a = st.amax.item()
+            rows.append({"distribution": dist, "method": method, "amax": a, "true_max": true_max, "amax / max": a / true_max})
+    return pd.DataFrame(rows)
+
+
+def delayed_summary(trace: pd.DataFrame) -> pd.DataFrame:
+    """Per strategy of a `delayed_trace`: steps_with_saturation (steps that clamped any element),
+    worst_sqnr_db and mean_sqnr_db over the steps."""
+    return trace.groupby("strategy").agg(
+        steps_with_saturation=("saturated", lambda s: int((s > 0).sum())),
+        worst_sqnr_db=("sqnr", "min"),
+        mean_sqnr_db=("sqnr", "mean"),
+    )
+
+
+def pow2_cost(tensors: Mapping[str, torch.Tensor], granularity: Granularity = PerHead()) -> pd.DataFrame:
+    """SQNR of current scaling in `granularity` with exact (float32, rounded up) and power-of-two descales.
+
+    tensors: name -> float tensor. Index distribution; columns "SQNR (dB)", "SQNR, power of two (dB)",
+    "cost (dB)" (the first minus the second: what rounding the descale up to a power of two costs)
+    and "largest |x_fp8|, power of two" (in (fp8_max / 2, fp8_max]).
+    """
+    rows = []
+    for dist, x in tensors.items():
+        row = {"distribution": dist}
+        for pow2, col in ((False, "SQNR (dB)"), (True, "SQNR, power of two (dB)")):
+            s = ScaleStrategy(granularity, power_of_two=pow2)
+            x8, d = quantize(x, s)
+            row[col] = metrics.sqnr(dequantize(x8, d, s, dtype=torch.float64), x.double())
+            if pow2:
+                row["largest |x_fp8|, power of two"] = x8.float().abs().max().item()
+        rows.append(row)
+    table = pd.DataFrame(rows).set_index("distribution")
+    table.insert(2, "cost (dB)", table["SQNR (dB)"] - table["SQNR, power of two (dB)"])
+    return table
+
+
+def percentile_sqnr(
+    tensors: Mapping[str, torch.Tensor],
+    calibs: Mapping[str, torch.Tensor],
+    percentiles: Sequence[float],
+) -> pd.DataFrame:
+    """SQNR (dB) of a static per-tensor scale calibrated at each percentile of |calibs[name]|, on tensors[name].
+
+    Index distribution; one column per percentile, "p<percentile>" (e.g. "p99.99", "p99").
+    """
+    _matching(tensors, calibs)
+    rows = {}
+    for dist, x in tensors.items():
+        row = {}
+        for p in percentiles:
+            s = ScaleStrategy(PerTensor(), calibrate(calibs[dist], PerTensor(), "percentile", percentile=p))
+            x8, d = quantize(x, s)
+            row[f"p{p:g}"] = metrics.sqnr(dequantize(x8, d, s, dtype=torch.float64), x.double())
+        rows[dist] = row
+    return pd.DataFrame.from_dict(rows, orient="index").rename_axis("distribution")
+
+
+# --------------------------------------------------------------------------- notebook 03: per-head scales and strides
+
+
+def per_head_round_trip(x: torch.Tensor, strategies: Mapping[str, ScaleStrategy]) -> pd.DataFrame:
+    """SQNR of each head of `x` (B, S, H, D) float after an FP8 round trip with each strategy.
+
+    Columns: head, strategy, sqnr (dB; 0 for a head flushed to zeros), head amax (max |x| over the head).
+    """
+    rows = []
+    ref = x.double()
+    head_amax = ref.abs().amax(dim=tuple(i for i in range(ref.dim()) if i != ref.dim() - 2))
+    for name, strat in strategies.items():
+        x8, d = quantize(x, strat)
+        back = dequantize(x8, d, strat, dtype=torch.float64)
+        for h, v in enumerate(metrics.sqnr(back, ref, per_head=True).tolist()):
+            rows.append({"head": h, "strategy": name, "sqnr": v, "head amax": head_amax[h].item()})
+    return pd.DataFrame(rows)
+
+
+def k_heads_vs_e4m3(per_head: pd.DataFrame, *, coarse: str = "per tensor", fine: str = "per KV head") -> dict[str, float]:
+    """How far apart a `per_head_round_trip` table's heads lie, against e4m3's range.
+
+    Keys: "binades between largest and smallest head" (log2 of their amaxes' ratio), "e4m3 binades, smallest
+    subnormal to 448", "worst head SQNR <coarse> (dB)" and "SQNR spread <fine> (dB)" (max - min over heads).
+    """
+    e4m3 = formats.get_format("e4m3fn")
+    head_amax = per_head.groupby("head")["head amax"].first()
+    by = {name: per_head[per_head["strategy"] == name]["sqnr"] for name in (coarse, fine)}
+    for name, v in by.items():
+        if v.empty:
+            raise KeyError(f"no strategy {name!r} in the table; strategies: {sorted(set(per_head['strategy']))}")
+    return {
+        "binades between largest and smallest head": math.log2(head_amax.max() / head_amax.min()),
+        f"e4m3 binades, smallest subnormal to {e4m3.max:g}": math.log2(e4m3.max / e4m3.min_subnormal),
+        f"worst head SQNR {coarse} (dB)": float(by[coarse].min()),
+        f"SQNR spread {fine} (dB)": float(by[fine].max() - by[fine].min()),
+    }
+
+
+def descale_layout_table(descales: Mapping[str, torch.Tensor]) -> pd.DataFrame:
+    """Memory facts of (batch, heads_kv) descales, one row per name.
+
+    Columns: shape, strides, contiguous, "bytes of storage" (of the storage behind the view: one float32
+    for an expanded scalar), "FA3's strided read gives the values" (`as_kernel_reads`), and "a
+    contiguity-assuming read gives" ("the values", "other values", or "past the storage": `as_contiguous_reads`).
+    """
+    rows = []
+    for name, t in descales.items():
+        naive = as_contiguous_reads(t)
+        rows.append({
+            "descale": name,
+            "shape": tuple(t.shape),
+            "strides": t.stride(),
+            "contiguous": t.is_contiguous(),
+            "bytes of storage": t.untyped_storage().nbytes(),
+            "FA3's strided read gives the values": bool(torch.equal(as_kernel_reads(t), t)),
+            "a contiguity-assuming read gives": ("past the storage" if naive is None else
+                                                 "the values" if torch.equal(naive, t) else "other values"),
+        })
+    return pd.DataFrame(rows).set_index("descale")
+
+
+def attention_layouts_agree(
+    q8: torch.Tensor,
+    k8: torch.Tensor,
+    v8: torch.Tensor,
+    q_descale: torch.Tensor,
+    k_descale: torch.Tensor,
+    v_descale: torch.Tensor,
+    *,
+    backend: str | Callable[..., torch.Tensor] = "triton",
+    causal: bool = True,
+) -> dict[str, bool]:
+    """Whether one FP8 attention gives the same bits when its descales' values come in other layouts.
+
+    q8 (B, Sq, Hq, D), k8 and v8 (B, Sk, Hkv, D) float8_e4m3fn; the descales (B, Hkv) float32 as
+    `quantize_for_fa3` gives them, v_descale one value (per tensor). backend: a `fp8lab.attention`
+    backend name, or a callable `(q, k, v, *, causal, q_descale, k_descale, v_descale)`.
+    Keys: "contiguous = transposed" (Q and K descales materialized against transposed views, V's
+    materialized against a stride-0 scalar) and "expand = contiguous" (sequence 0's per-head values for
+    every sequence, `expand()`ed with strides (0, 1) against materialized).
+    """
+    if not bool((v_descale == v_descale.flatten()[0]).all()):
+        raise ValueError("v_descale: expected one value (a per-tensor descale) for the stride-0 scalar layout")
+    if callable(backend):
+        attend = backend
+    else:
+        from fp8lab.backends.api import attention
+
+        def attend(q, k, v, **kw):
+            return attention(q, k, v, backend=backend, **kw)
+    batch, heads_kv = q_descale.shape
+    dev = q8.device
+
+    def run(qd: torch.Tensor, kd: torch.Tensor, vd: torch.Tensor) -> torch.Tensor:
+        return attend(q8, k8, v8, causal=causal, q_descale=qd, k_descale=kd, v_descale=vd)
+
+    full = {layout: run(descale_from_heads(q_descale.contiguous().to(dev), batch, layout=layout),
+                        descale_from_heads(k_descale.contiguous().to(dev), batch, layout=layout),
+                        v_descale.contiguous().to(dev) if layout == "contiguous" else
+                        descale_from_scalar(v_descale.flatten()[0], batch, heads_kv, device=dev))
+            for layout in ("contiguous", "transposed")}
+    shared = {layout: run(*(descale_from_heads(d[0].to(dev), batch, layout=layout) for d in (q_descale, k_descale, v_descale)))
+              for layout in ("expand", "contiguous")}
+    return {"contiguous = transposed": torch.equal(full["contiguous"], full["transposed"]),
+            "expand = contiguous": torch.equal(shared["expand"], shared["contiguous"])}
+
+
+def gqa_descale_reads(q: torch.Tensor, heads_kv: int) -> pd.DataFrame:
+    """Which KV head, and which shared Q descale, each query head of sequence 0 reads under GQA.
+
+    q: (B, S, Hq, D) float with Hq a multiple of heads_kv. Q's FA3 descale is per (sequence, KV head),
+    the group max over its query heads / fp8_max (`quantize_for_fa3` with per-head scales); each query
+    head's column is found by dequantizing an FP8 one per query head with it (as `dequantize`, and FA3,
+    broadcast it). Index "query head"; columns "Q amax per query head", "reads KV head", "shared Q descale
+    (group max / 448)" (float32, rounded up).
+    """
+    if not isinstance(q, torch.Tensor) or q.dim() != 4:
+        raise ValueError(f"q: expected a (batch, seqlen, heads_q, head_dim) tensor, got {getattr(q, 'shape', type(q))}")
+    heads_q = q.shape[2]
+    _, qd = quantize_for_fa3(q, ScaleStrategy(PerHead()), heads_kv)
+    one = formats.cast_to_fp8(torch.ones(1, 1, heads_q, 1))  # an FP8 1.0 per query head
+    column = dequantize(one, torch.arange(1.0, heads_kv + 1)[None], PerHead(heads_kv), dtype=torch.float64)
+    return pd.DataFrame({
+        "Q amax per query head": compute_amax(q, PerHead())[0].tolist(),
+        "reads KV head": (column[0, 0, :, 0] - 1).long().tolist(),
+        "shared Q descale (group max / 448)": dequantize(one, qd[:1].cpu(), PerHead(heads_kv), dtype=torch.float64)[0, 0, :, 0].tolist(),
+    }, index=pd.RangeIndex(heads_q, name="query head"))
+
+
+def gqa_q_scale_cost(q: torch.Tensor, heads_kv: int) -> pd.DataFrame:
+    """What sharing Q's descale within each GQA group costs Q's FP8 round trip.
+
+    q: (B, S, Hq, D) float. Index "Q scales": "per query head (not FA3)", "per KV group (FA3)"; columns
+    "worst head SQNR (dB)" (over query heads) and "SQNR (dB)" (whole Q).
+    """
+    rows = []
+    for name, strat in (("per query head" + NOT_FA3, ScaleStrategy(PerHead())),
+                        ("per KV group (FA3)", ScaleStrategy(PerHead(heads_kv)))):
+        x8, d = quantize(q, strat)
+        back = dequantize(x8, d, strat, dtype=torch.float64)
+        rows.append({"Q scales": name, "worst head SQNR (dB)": float(metrics.sqnr(back, q.double(), per_head=True).min()),
+                     "SQNR (dB)": metrics.sqnr(back, q.double())})
+    return pd.DataFrame(rows).set_index("Q scales")
+
+
+def token_reduction(k: torch.Tensor, heads_kv: int) -> dict[str, object]:
+    """Per-token scales against their reduction to FA3's (batch, heads_kv) layout (`quantize_for_fa3`).
+
+    k: (B, S, H, D) float, H a multiple of heads_kv. Keys: "sqnr_db" ({"per token (not FA3)": dB, "max over
+    tokens (FA3)": dB}), "binades_lost" ((B, S, H) float32: log2 of the reduced descale over each token's
+    own, the FP8 range each token gives up) and "median_binades_lost" (float).
+    """
+    tok8, tok_d = quantize(k, ScaleStrategy(PerToken()))
+    fa8, fa_d = quantize_for_fa3(k, ScaleStrategy(PerToken()), heads_kv)
+    reduced = descale_from_tokens(tok_d, heads_kv).repeat_interleave(k.shape[2] // heads_kv, dim=1)
+    lost = torch.log2(reduced[:, None, :] / tok_d)
+    return {
+        "sqnr_db": {
+            "per token" + NOT_FA3: metrics.sqnr(dequantize(tok8, tok_d, PerToken(), dtype=torch.float64), k.double()),
+            "max over tokens (FA3)": metrics.sqnr(dequantize(fa8, fa_d, PerHead(heads_kv), dtype=torch.float64), k.double()),
+        },
+        "binades_lost": lost,
+        "median_binades_lost": float(lost.median()),
+    }
+
+
+def checkpoint_provenance(
+    checkpoints: Mapping[str, Mapping[str, float]],
+    modes: Sequence[str] = ("intended", "vllm"),
+) -> pd.DataFrame:
+    """q, k and v descales, and where each came from, as `resolve_checkpoint_scales` resolves each checkpoint
+    (name -> {scale name: value}) in each mode. Index (checkpoint, mode); columns q, "q from", k, "k from",
+    v, "v from"."""
+    rows = []
+    for name, ck in checkpoints.items():
+        for mode in modes:
+            r = resolve_checkpoint_scales(ck, emulate=mode, warn=False)
+            rows.append({"checkpoint": name, "mode": mode, "q": r.q, "q from": r.sources["q"],
+                         "k": r.k, "k from": r.sources["k"], "v": r.v, "v from": r.sources["v"]})
+    return pd.DataFrame(rows).set_index(["checkpoint", "mode"])
+
+
+def fallback_q_over_k(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    ratios: Sequence[float],
+    *,
+    q_amax: float = 10.0,
+    causal: bool = True,
+) -> pd.DataFrame:
+    """`fallback_sweep` at one Q range, `q_amax`, for each ratio of Q's range over K's (the k_scale
+    fallback's premise broken by that factor); its columns, one block of rows per ratio."""
+    return pd.concat([fallback_sweep(q, k, v, [q_amax], causal=causal, q_over_k=r) for r in ratios], ignore_index=True)
