@@ -145,6 +145,11 @@ def vllm_dynamic_scales(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tu
     return out[0], out[1], out[2]
 
 
+def _cu(lens: Sequence[int], device: torch.device | str = "cpu") -> torch.Tensor:
+    """cu_seqlens of these lengths: int32 (len(lens) + 1,), starting at 0."""
+    return torch.tensor([0, *torch.tensor(list(lens)).cumsum(0).tolist()], dtype=torch.int32, device=device)
+
+
 def random_pages(context_lens: list[int], block_size: int, generator: torch.Generator,
                  num_blocks: int | None = None) -> tuple[torch.Tensor, torch.Tensor, int]:
     """Distinct random pages for each sequence, as an allocator hands them out after many requests.
@@ -285,7 +290,7 @@ class PagedKVCache:
                                  f"{int(pages[j])} is not a page of the cache's {num_blocks}")
             ks.append(self.key_cache[pages].flatten(0, 1)[:n])
             vs.append(self.value_cache[pages].flatten(0, 1)[:n])
-        cu = torch.tensor([0, *torch.tensor(seq_lens).cumsum(0).tolist()], dtype=torch.int32, device=self.key_cache.device)
+        cu = _cu(seq_lens, self.key_cache.device)
         return torch.cat(ks), torch.cat(vs), cu
 
     def descales(self, num_seqs: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -391,10 +396,6 @@ def memory_table(num_layers: int, heads_kv: int, head_dim: int, memory_gib: floa
     table = pd.DataFrame(rows)
     table["tokens vs first"] = table["tokens in cache"] / table["tokens in cache"].iloc[0]
     return table
-
-
-def _cu(lens: Sequence[int], device: torch.device | str = "cpu") -> torch.Tensor:
-    return torch.tensor([0, *torch.tensor(list(lens)).cumsum(0).tolist()], dtype=torch.int32, device=device)
 
 
 @dataclass

@@ -28,6 +28,7 @@ from fp8lab.bench import (
     load_results,
     mma_peak_tflops,
     parse_case,
+    quant_floor_us,
     read_clock_log,
 )
 
@@ -445,18 +446,12 @@ def quant_floor_table(shapes: pd.DataFrame, x_bytes: float) -> dict[str, object]
     and e4m3 y written at the record's mean copy rate, `bench.quant_floor_us`), copy_tbps, the
     fastest timing's kernel, size and microseconds, over_floor (its time over the floor) and its
     frac_copy_graph (1 / over_floor, up to the copy's spread)."""
-    from fp8lab.bench import quant_floor_us
-
     copy = float(shapes["copy_tbps_graph"].mean())
     floor = quant_floor_us(x_bytes, copy)
     best = fastest_quant(shapes)
     us = float(best["ms_graph"]) * 1e3
     return dict(floor_us=floor, copy_tbps=copy, kernel=best["kernel"], size=best["size"], fastest_us=us,
                 over_floor=us / floor, frac_copy_graph=float(best["frac_copy_graph"]))
-
-
-# ---------------------------------------------------------------------------
-# (f), (g): vLLM's varlen path, the API
 
 
 FLUSH_TIMINGS = {"graph": "back to back", "flushed": "L2 flushed"}
@@ -466,8 +461,8 @@ def quant_flush(path: str | Path) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFr
     """The quantization kernels timed two ways (`scripts/probe_quant_flush.py`, v34's
     `bench_v34_quant_flush.json`): CUDA-graph replays back to back, and with the L2 flushed before
     every call. Returns (long, lowest, copy):
-    long: one row per (round, MiB, kernel, timing) with `frac` (of a copy timed the same way in the
-    same round), for `plots.plot_quant_sizes`-style plots (kernel labels carry the timing);
+    long: one row per (round, MiB, kernel, timing) with `tbps` and `frac` (of a copy timed the same
+    way in the same round);
     lowest: per kernel (rows, the record's order) the lowest `frac` over the rounds, columns
     (timing, mib); copy: the copy's median TB/s (reads plus writes), rows timing, columns mib."""
     rows = pd.DataFrame(load_results(path)["rows"]).dropna(subset=["kernel"])
@@ -481,8 +476,8 @@ def quant_flush(path: str | Path) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFr
         tb = rows[["rep", "mib", "kernel", f"tbps_{key}"]].rename(columns={f"tbps_{key}": "tbps"})
         copy = tb[tb["kernel"] == "copy bf16"].set_index(["rep", "mib"])["tbps"]
         tb = tb[tb["kernel"] != "copy bf16"]
-        frac = tb["tbps"].to_numpy() / copy.loc[list(zip(tb["rep"], tb["mib"]))].to_numpy()
-        parts.append(tb.assign(frac=frac, timing=label, copy_tbps=copy.loc[list(zip(tb["rep"], tb["mib"]))].to_numpy()))
+        same_round = copy.loc[list(zip(tb["rep"], tb["mib"]))].to_numpy()
+        parts.append(tb.assign(frac=tb["tbps"].to_numpy() / same_round, timing=label, copy_tbps=same_round))
     long = pd.concat(parts, ignore_index=True)
     order = list(dict.fromkeys(long["kernel"]))
     lowest = long.pivot_table(index="kernel", columns=["timing", "mib"], values="frac", aggfunc="min")
@@ -490,6 +485,10 @@ def quant_flush(path: str | Path) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFr
     copy = (long.groupby(["timing", "mib"])["copy_tbps"].median().unstack("mib")
             .loc[list(FLUSH_TIMINGS.values())])
     return long.drop(columns="copy_tbps"), lowest, copy
+
+
+# ---------------------------------------------------------------------------
+# (f), (g): vLLM's varlen path, the API
 
 
 def vllm_varlen_table(grid: pd.DataFrame) -> pd.DataFrame:
