@@ -154,8 +154,8 @@ def one_pass_bound(x_bytes: float, held_bytes: float, in_bytes: int = 2, out_byt
     the copy's rate with every second read from HBM: L2 (50 MiB on an H200) can serve part of the
     second pass, which is how two passes, the second walking x backwards (v23), measured 0.606-0.607
     at 128 MiB in v25's run where this gives 0.600."""
-    if x_bytes <= 0 or held_bytes < 0:
-        raise ValueError(f"expected x_bytes > 0 and held_bytes >= 0, got {x_bytes} and {held_bytes}")
+    if not 0 < x_bytes < math.inf or not held_bytes >= 0:  # NaN fails both
+        raise ValueError(f"expected x_bytes > 0 (finite) and held_bytes >= 0, got {x_bytes} and {held_bytes}")
     useful = x_bytes + x_bytes / in_bytes * out_bytes
     return useful / (useful + max(x_bytes - held_bytes, 0.0))
 
@@ -172,7 +172,7 @@ def one_pass_limit(held_bytes: float, target: float = 0.85, in_bytes: int = 2, o
     """The largest x (bytes) for which `one_pass_bound(x, held_bytes)` still reaches `target`; inf
     where two passes already reach it. Up to `held_bytes` x fits and is read once; beyond, the bound
     falls with every byte that does not fit (`held_for` grows in proportion to x)."""
-    if not 0 < target <= 1 or held_bytes < 0:
+    if not 0 < target <= 1 or not held_bytes >= 0:
         raise ValueError(f"expected 0 < target <= 1 and held_bytes >= 0, got target={target}, held_bytes={held_bytes}")
     useful = 1 + out_bytes / in_bytes  # useful bytes per byte of x
     slope = target * (useful + 1) - useful  # bound >= target  <=>  x * slope <= target * held_bytes
@@ -240,8 +240,16 @@ def values_per_descale(x_shape: tuple[int, int, int, int], granularity: object) 
     """How many values of x (batch, tokens, heads, head_dim) one descale covers under a
     `fp8lab.scaling` granularity (PerToken, PerHead, PerTensor, ...): with current scaling, the
     values a kernel must read before it can cast the first of them."""
+    from fp8lab.layout import check_count
+    from fp8lab.scaling.granularity import Granularity
+
     if len(x_shape) != 4:
         raise ValueError(f"x_shape: expected (batch, tokens, heads, head_dim), got {x_shape}")
+    for n in x_shape:
+        check_count("x_shape", n, 1)
+    if not isinstance(granularity, Granularity):
+        raise TypeError(f"granularity: expected a fp8lab.scaling granularity such as PerHead() (an instance), got "
+                        f"{granularity!r}")
     return math.prod(x_shape) // math.prod(granularity.compact_shape(tuple(x_shape)))
 
 
@@ -259,8 +267,8 @@ def quant_floor_us(x_bytes: float, copy_tbps: float, in_bytes: int = 2, out_byte
     """Microseconds to move what quantizing x costs at a copy's rate: x read once (`x_bytes`) and y
     written (`out_bytes` per value of `in_bytes`). A kernel's fraction of that copy is this floor
     over its time."""
-    if x_bytes <= 0 or copy_tbps <= 0:
-        raise ValueError(f"expected x_bytes > 0 and copy_tbps > 0, got {x_bytes} and {copy_tbps}")
+    if not 0 < x_bytes < math.inf or not 0 < copy_tbps < math.inf:  # NaN fails too
+        raise ValueError(f"expected x_bytes > 0 and copy_tbps > 0, finite, got {x_bytes} and {copy_tbps}")
     return (x_bytes + x_bytes / in_bytes * out_bytes) / (copy_tbps * 1e12) * 1e6
 
 
@@ -275,6 +283,8 @@ def roofline_ceilings(clock_ghz: float = 1.98, exp2_head_dims: Iterable[int] = (
     """The roofline's compute ceilings in TFLOP/s: the measured and datasheet ones
     (`H200_CEILINGS`), the FP8 MMA model (`mma_peak_tflops`) and the exp2 model per head dim
     (`exp2_ceiling_tflops`), both at `clock_ghz`."""
+    if not 0 < clock_ghz <= 10:
+        raise ValueError(f"clock_ghz: expected GHz, a number in (0, 10] (the H200 boosts to 1.98), got {clock_ghz!r}")
     return {**H200_CEILINGS, f"FP8 MMA peak (model, {clock_ghz:g} GHz)": mma_peak_tflops(clock_ghz=clock_ghz),
             **{f"exp2 model, d={d}": exp2_ceiling_tflops(d, clock_ghz=clock_ghz) for d in exp2_head_dims}}
 

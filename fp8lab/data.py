@@ -21,6 +21,8 @@ from collections.abc import Callable
 
 import torch
 
+from fp8lab.layout import check_count
+
 __all__ = ["DISTRIBUTIONS", "make_qkv", "sample", "drift_series", "head_factors"]
 
 
@@ -104,9 +106,9 @@ def make_qkv(
         raise ValueError(f"unknown distribution {name!r}; expected one of {list(DISTRIBUTIONS)}")
     seqlen_k = seqlen_q if seqlen_k is None else seqlen_k
     heads_kv = heads_q if heads_kv is None else heads_kv
-    for n, val in (("batch", batch), ("seqlen_q", seqlen_q), ("seqlen_k", seqlen_k), ("heads_q", heads_q), ("heads_kv", heads_kv), ("head_dim", head_dim)):
-        if not isinstance(val, int) or val < 1:
-            raise ValueError(f"{n} must be a positive int, got {val!r}")
+    batch, seqlen_q, seqlen_k, heads_q, heads_kv, head_dim = (check_count(n, val, 1) for n, val in (
+        ("batch", batch), ("seqlen_q", seqlen_q), ("seqlen_k", seqlen_k), ("heads_q", heads_q), ("heads_kv", heads_kv),
+        ("head_dim", head_dim)))
     if heads_q % heads_kv:
         raise ValueError(f"heads_q ({heads_q}) must be a multiple of heads_kv ({heads_kv})")
     if not dtype.is_floating_point:

@@ -26,6 +26,7 @@ import pandas as pd
 import torch
 
 from fp8lab.formats import cast_to_fp8
+from fp8lab.layout import check_count
 from fp8lab.metrics import rel_l2
 from fp8lab.reference import AccumulatorModel, attention_exact, attention_fa3_fp8, fa3_block_n, fa3_decode_splits
 
@@ -88,6 +89,8 @@ def cache_torch_dtype(kv_cache_dtype: str, model_dtype: torch.dtype = torch.bflo
 
 def kv_bytes_per_token(num_layers: int, heads_kv: int, head_dim: int, dtype: torch.dtype) -> int:
     """Bytes of K and V one token occupies across all layers."""
+    num_layers, heads_kv, head_dim = (check_count(n, v, 1) for n, v in (
+        ("num_layers", num_layers), ("heads_kv", heads_kv), ("head_dim", head_dim)))
     return 2 * num_layers * heads_kv * head_dim * torch.empty((), dtype=dtype).element_size()
 
 
@@ -158,10 +161,10 @@ def random_pages(context_lens: list[int], block_size: int, generator: torch.Gene
     (sum of lengths,), page * block_size + offset of each token in order; num_blocks). num_blocks
     defaults to the pages needed plus 3 unused ones.
     """
-    if block_size < 1 or any(n < 0 for n in context_lens):
-        raise ValueError(f"expected block_size >= 1 and lengths >= 0, got {block_size} and {list(context_lens)}")
+    block_size = check_count("block_size", block_size, 1)
+    context_lens = [check_count("context_lens", n) for n in context_lens]
     need = [-(-n // block_size) for n in context_lens]
-    num_blocks = sum(need) + 3 if num_blocks is None else num_blocks
+    num_blocks = sum(need) + 3 if num_blocks is None else check_count("num_blocks", num_blocks)
     if num_blocks < sum(need):
         raise ValueError(f"num_blocks: the sequences need {sum(need)} pages, got {num_blocks}")
     perm = torch.randperm(num_blocks, generator=generator)
@@ -204,12 +207,13 @@ class PagedKVCache:
         device: torch.device | str = "cpu",
     ) -> "PagedKVCache":
         dtype = cache_torch_dtype(kv_cache_dtype, model_dtype)
-        if min(num_blocks, block_size, heads_kv, head_dim) <= 0:
+        shape = tuple(check_count(name, n) for name, n in (("num_blocks", num_blocks), ("block_size", block_size),
+                                                           ("heads_kv", heads_kv), ("head_dim", head_dim)))
+        if min(shape) <= 0:
             raise ValueError(
                 f"cache dimensions must be positive, got num_blocks={num_blocks}, block_size={block_size}, "
                 f"heads_kv={heads_kv}, head_dim={head_dim}"
             )
-        shape = (num_blocks, block_size, heads_kv, head_dim)
         fp8 = dtype == torch.float8_e4m3fn
         if not fp8 and (k_scale != 1.0 or v_scale != 1.0):
             raise ValueError(f"k_scale/v_scale apply to an FP8 cache only, got kv_cache_dtype={kv_cache_dtype!r}")
@@ -385,8 +389,11 @@ def memory_table(num_layers: int, heads_kv: int, head_dim: int, memory_gib: floa
     (K and V of all layers, `kv_bytes_per_token`), "tokens in cache" and "tokens vs first" (over the
     first row's).
     """
-    if not memory_gib > 0:
+    if not 0 < memory_gib < float("inf"):
         raise ValueError(f"memory_gib: expected GiB > 0, got {memory_gib!r}")
+    if isinstance(kv_cache_dtypes, str) or not len(kv_cache_dtypes):
+        raise ValueError(f"kv_cache_dtypes: expected one or more names such as ('auto', 'fp8'), got "
+                         f"{kv_cache_dtypes!r}")
     rows = []
     for name in kv_cache_dtypes:
         dtype = cache_torch_dtype(name, model_dtype)
@@ -428,9 +435,11 @@ class DecodeBatch:
         largest amax). The pages come from `page_generator` (default: `generator`, drawn first), the
         data from `generator`, in the order k, v, q.
         """
-        lens = [int(n) for n in seq_lens]
+        lens = [check_count("seq_lens", n) for n in seq_lens]
         if not lens or min(lens) < 1:
             raise ValueError(f"seq_lens: expected one or more lengths >= 1, got {list(seq_lens)}")
+        heads_q, heads_kv, head_dim = (check_count(n, v, 1) for n, v in (("heads_q", heads_q), ("heads_kv", heads_kv),
+                                                                          ("head_dim", head_dim)))
         if heads_q % heads_kv or not 0 <= k_outlier_channels <= head_dim:
             raise ValueError(f"expected heads_q a multiple of heads_kv and 0 <= k_outlier_channels <= head_dim, got "
                              f"heads_q={heads_q}, heads_kv={heads_kv}, k_outlier_channels={k_outlier_channels}, "
@@ -683,11 +692,13 @@ def graph_replay_equals_eager(call: FA3DecodeCall, next_q8: torch.Tensor, next_l
     fp8lab.BackendError where no provider takes the call.
     """
     lens = [int(n) for n in next_lens]
-    if len(lens) != call.q8.shape[0] or sum(lens) != call.k8.shape[0] or max(lens) > call.max_seqlen_k:
-        raise ValueError(f"next_lens: expected {call.q8.shape[0]} lengths summing to the {call.k8.shape[0]} cached "
-                         f"tokens, none above max_seqlen_k={call.max_seqlen_k}, got {lens}")
-    if next_q8.shape != call.q8.shape:
-        raise ValueError(f"next_q8: expected shape {tuple(call.q8.shape)}, got {tuple(next_q8.shape)}")
+    if (len(lens) != call.q8.shape[0] or sum(lens) != call.k8.shape[0] or max(lens) > call.max_seqlen_k
+            or min(lens) < 0):
+        raise ValueError(f"next_lens: expected {call.q8.shape[0]} lengths >= 0 summing to the {call.k8.shape[0]} "
+                         f"cached tokens, none above max_seqlen_k={call.max_seqlen_k}, got {lens}")
+    if next_q8.shape != call.q8.shape or next_q8.dtype != call.q8.dtype:
+        raise ValueError(f"next_q8: expected {call.q8.dtype} of shape {tuple(call.q8.shape)} (quantized as call.q8, "
+                         f"`scaled_fp8_quant`), got {next_q8.dtype} of shape {tuple(next_q8.shape)}")
     if attention is None:
         from fp8lab import attention
     if capture is None:
@@ -828,6 +839,9 @@ def q_scale_misset(batch: DecodeBatch, cache: PagedKVCache, q_scale: float, fact
     """What a Q descale `factor` times too small does to FA3's FP8 decode: "growth" (rel L2 vs exact
     with q_scale / factor over with q_scale) and "saturated" (the fraction of Q's values beyond 448
     once divided by q_scale / factor)."""
+    if isinstance(factor, bool) or not isinstance(factor, numbers.Real) or not 0 < factor < float("inf"):
+        raise ValueError(f"factor: expected a finite number > 0 (how many times too small the Q descale is), "
+                         f"got {factor!r}")
     exact = batch.exact()
 
     def err(qs: float) -> float:
@@ -841,6 +855,7 @@ def first_batch_without_splits(seqlen: int, heads_kv: int, block_n: int, num_sms
                                ) -> tuple[int, dict[int, int]]:
     """The smallest number of sequences of `seqlen` keys from which on (up to `max_batch`) FA3 splits
     none of them in vLLM's eager decode call, and the splits per sequence at each batch size 1..max_batch."""
+    max_batch = check_count("max_batch", max_batch, 1)
     splits = {b: max(fa3_decode_splits([seqlen] * b, heads_kv, block_n, num_sms=num_sms)) for b in range(1, max_batch + 1)}
     split_at = [b for b, s in splits.items() if s > 1]
     first = (max(split_at) + 1) if split_at else 1

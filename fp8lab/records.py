@@ -31,6 +31,7 @@ from fp8lab.bench import (
     quant_floor_us,
     read_clock_log,
 )
+from fp8lab.layout import check_count
 
 __all__ = [
     "GRID_KERNELS",
@@ -165,7 +166,11 @@ def kernel_ratio_ranges(grid: pd.DataFrame, against: str = FA3_FP8, target: floa
     """`ratio_summary` of each of our kernels over `against` where the grid timed it (rows: the
     kernels, then "faster per case", the better of the two on each case)."""
     table = provider_table(grid)
+    if against not in table:
+        raise ValueError(f"grid: no {against!r} rows to compare against")
     kernels = [k for k in kernels if k in table]
+    if not kernels:
+        raise ValueError(f"kernels: expected some of the grid's providers {list(table.columns)}, got none of them")
     ratios = table[kernels].div(table[against], axis=0)
     ratios["faster per case"] = ratios.max(axis=1)
     return ratio_summary(ratios, target)
@@ -283,6 +288,7 @@ def clock_speed_correlation(timed: pd.DataFrame, min_head_dim: int = 128,
 
 def since_version(df: pd.DataFrame, first: int, column: str = "grid") -> pd.DataFrame:
     """The rows whose `column` ("v12_grid_run3", "v23_grid", ...) names version `first` or later."""
+    first = check_count("first", first)  # 12 for v12
     return df[df[column].map(lambda g: version_key(str(g).split("_")[0])[0] >= first)]
 
 
@@ -367,8 +373,15 @@ def exp2_table(grid: pd.DataFrame, fastest: pd.DataFrame, sm_mhz: Mapping[int, f
     MMA model's peak and the measured FP8 GEMM (TFLOP/s); the best FA3 FP8 and best fp8lab (faster
     kernel) TFLOP/s over the grid's cases; and "best of the lower model" (the better of the two
     over the lower of the exp2 and MMA models at `max_mhz`)."""
-    ghz = max_mhz / 1000
     dims = sorted(grid["head_dim"].unique())
+    missing = [int(d) for d in dims if d not in sm_mhz]
+    if missing:
+        raise ValueError(f"sm_mhz: expected a clock for every head dim of the grid {[int(d) for d in dims]}, "
+                         f"none for {missing}")
+    for name, mhz in (("max_mhz", max_mhz), *((f"sm_mhz[{d}]", sm_mhz[d]) for d in dims)):
+        if not 100 <= mhz <= 10_000:  # 1.98 would be GHz: every ceiling 1000 times too low
+            raise ValueError(f"{name}: expected a clock in MHz (100 to 10000, e.g. 1980), got {mhz!r}")
+    ghz = max_mhz / 1000
     out = pd.DataFrame(index=pd.Index(dims, name="head_dim"))
     out["exp2 ceiling (model)"] = [exp2_ceiling_tflops(d, clock_ghz=ghz) for d in dims]
     out["at the clock measured in (c)"] = [exp2_ceiling_tflops(d, clock_ghz=sm_mhz[d] / 1000) for d in dims]
@@ -438,6 +451,8 @@ def reverse_table(results_dir: str | Path) -> tuple[pd.DataFrame, bool]:
 
 def fastest_quant(shapes: pd.DataFrame) -> pd.Series:
     """The timing with the fewest milliseconds (`ms_graph`) of a quantization record."""
+    if shapes.empty:
+        raise ValueError("shapes: expected a quantization record's rows, got none")
     return shapes.loc[shapes["ms_graph"].idxmin()]
 
 
@@ -446,9 +461,9 @@ def quant_floor_table(shapes: pd.DataFrame, x_bytes: float) -> dict[str, object]
     and e4m3 y written at the record's mean copy rate, `bench.quant_floor_us`), copy_tbps, the
     fastest timing's kernel, size and microseconds, over_floor (its time over the floor) and its
     frac_copy_graph (1 / over_floor, up to the copy's spread)."""
+    best = fastest_quant(shapes)
     copy = float(shapes["copy_tbps_graph"].mean())
     floor = quant_floor_us(x_bytes, copy)
-    best = fastest_quant(shapes)
     us = float(best["ms_graph"]) * 1e3
     return dict(floor_us=floor, copy_tbps=copy, kernel=best["kernel"], size=best["size"], fastest_us=us,
                 over_floor=us / floor, frac_copy_graph=float(best["frac_copy_graph"]))

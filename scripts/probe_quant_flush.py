@@ -34,11 +34,13 @@ REPLAYS = 40  # replays of each graph per timing, alternating
 
 def flushed_ms(fn: Callable[[], object], flush_buf: torch.Tensor) -> tuple[float, float]:
     """(milliseconds of one `fn()` after an L2 flush, milliseconds of one flush alone)."""
-    def flush() -> torch.Tensor:
-        return flush_buf.amax()
+    return between_ms(fn, flush_buf.amax)
 
-    pair, _ = bench.capture_graph(lambda: [(flush(), fn()) for _ in range(REPS)])
-    alone, _ = bench.capture_graph(lambda: [flush() for _ in range(REPS)])
+
+def between_ms(fn: Callable[[], object], before: Callable[[], object]) -> tuple[float, float]:
+    """(milliseconds of one `fn()` run after `before()`, milliseconds of one `before()` alone)."""
+    pair, _ = bench.capture_graph(lambda: [(before(), fn()) for _ in range(REPS)])
+    alone, _ = bench.capture_graph(lambda: [before() for _ in range(REPS)])
     times: dict[str, list[float]] = {"pair": [], "alone": []}
     for _ in range(REPLAYS):
         for name, graph in (("pair", pair), ("alone", alone)):

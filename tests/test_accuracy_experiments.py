@@ -1,6 +1,7 @@
 """fp8lab.reference.experiments: the tables and figures of notebook 05, on tiny fresh inputs."""
 
 import json
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -115,6 +116,16 @@ def test_scaling_table_names_the_narrowest_and_the_worst_head():
     rank = int((head_factors(4) > head_factors(4)[int(per_head.argmax())]).sum()) + 1
     assert row["worst_head_range_rank"] == rank
     assert (sc["rel_l2_worst_head"] >= sc["rel_l2_smallest_head"]).all()
+
+
+@pytest.mark.parametrize("table", [ex.attribution_table, ex.scaling_table, ex.max_offset_table])
+def test_dists_must_be_a_tuple_of_names(table):
+    # ("normal") is the string "normal": it was read letter by letter ("unknown distribution 'n'"), and () was a
+    # KeyError from pandas in attribution_table
+    for bad in ("normal", ()):
+        with pytest.raises(ValueError, match=re.escape(f"dists: expected a tuple of one or more distribution names "
+                                                       f"such as ('normal',), got {bad!r}")):
+            table(bad, seqlen=16, heads=2, head_dim=16)
 
 
 def test_scaling_by_head_and_the_smallest_head_gain():

@@ -342,6 +342,13 @@ def test_one_pass_limit_inverts_the_bound():
     assert bench.one_pass_limit(held, 1.0) == held  # copy speed only while all of x fits
     with pytest.raises(ValueError, match="target"):
         bench.one_pass_limit(held, 0.0)
+    with pytest.raises(ValueError, match="held_bytes >= 0, got target=0.8, held_bytes=nan"):  # was NaN returned
+        bench.one_pass_limit(float("nan"), 0.8)
+    for x, held in ((float("nan"), 0), (1e8, float("nan")), (float("inf"), 0)):  # were NaN bounds
+        with pytest.raises(ValueError, match="x_bytes > 0 .*and held_bytes >= 0"):
+            bench.one_pass_bound(x, held)
+    with pytest.raises(ValueError, match="x_bytes > 0"):
+        bench.one_pass_bound_table(float("nan"))
 
 
 def test_one_pass_bound_table_on_what_the_chip_holds():
@@ -383,6 +390,10 @@ def test_first_cast_waits_by_kind_of_scaling():
     assert bench.first_cast_waits()["per tensor"] * 2 == 128 * 2**20  # QUANT_X_SHAPE: 128 MiB of bf16
     with pytest.raises(ValueError, match="batch, tokens, heads, head_dim"):
         bench.values_per_descale((4, 5), PerHead())
+    with pytest.raises(TypeError, match=r"granularity: expected .* such as PerHead\(\) \(an instance\), got <class"):
+        bench.values_per_descale(shape, PerHead)  # the class: was "compact_shape() missing 1 required argument"
+    with pytest.raises(ValueError, match="x_shape: expected an int >= 1, got 0"):  # was a ZeroDivisionError
+        bench.values_per_descale((1, 0, 8, 64), PerHead())
 
 
 def test_quant_floor_and_exp2_balance():
@@ -393,6 +404,9 @@ def test_quant_floor_and_exp2_balance():
     assert bench.quant_floor_us(x, copy, in_bytes=4) == pytest.approx(1.25 * x / (copy * 1e12) * 1e6)
     with pytest.raises(ValueError, match="copy_tbps > 0"):
         bench.quant_floor_us(x, 0)
+    for bad in ((float("nan"), copy), (x, float("nan")), (float("inf"), copy)):  # were NaN or inf microseconds
+        with pytest.raises(ValueError, match="x_bytes > 0 and copy_tbps > 0, finite"):
+            bench.quant_floor_us(*bad)
     for flop, d in ((8192, 128), (4096, 64)):
         assert bench.exp2_balance_head_dim(flop) == d
         for ghz in (1.98, random.uniform(1.4, 1.9)):  # the clock cancels
@@ -401,6 +415,9 @@ def test_quant_floor_and_exp2_balance():
     ceilings = bench.roofline_ceilings(1.5, (64,))
     assert set(ceilings) == {*bench.H200_CEILINGS, "FP8 MMA peak (model, 1.5 GHz)", "exp2 model, d=64"}
     assert ceilings["exp2 model, d=64"] == pytest.approx(132 * 1.5e9 * 16 * 256 / 1e12)
+    for mhz in (1980, 0, -1.98):  # MHz for GHz was a ceiling 1000 times too high, without a word
+        with pytest.raises(ValueError, match=r"clock_ghz: expected GHz, a number in \(0, 10\]"):
+            bench.roofline_ceilings(mhz)
 
 
 def test_parse_case_inverts_label():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -54,6 +55,12 @@ def test_sample_and_drift_series():
     assert measured[6] / measured[5] > 5
 
 
+def test_numpy_sizes_are_counts():
+    q, k, _ = make_qkv(batch=np.int64(1), seqlen_q=np.int32(5), seqlen_k=np.int64(7), heads_q=np.int64(4),
+                       heads_kv=np.int64(2), head_dim=np.int64(16))
+    assert q.shape == (1, 5, 4, 16) and k.shape == (1, 7, 2, 16)
+
+
 def test_bad_arguments():
     with pytest.raises(ValueError, match="unknown distribution"):
         make_qkv("uniform")
@@ -61,6 +68,8 @@ def test_bad_arguments():
         make_qkv(heads_q=6, heads_kv=4)
     with pytest.raises(ValueError, match="seqlen_q"):
         make_qkv(seqlen_q=0)
+    with pytest.raises(ValueError, match="head_dim: expected an int >= 1, got 64.0"):
+        make_qkv(head_dim=64.0)
     with pytest.raises(TypeError, match="unexpected"):
         make_qkv("normal", sink_scale=3.0)
     with pytest.raises(TypeError):

@@ -312,6 +312,32 @@ def test_long_context_table_reads_the_probe(tmp_path):
     assert table.loc["ours", 65536] == 0.41 and table.loc["ours, pv_flush", 2048] == 0.0031  # the worse ones
 
 
+def test_bad_arguments_are_named():
+    """Each was a crash further in (an IndexError, "not enough values to unpack", "'ScaleStrategy' object is not
+    callable", the interpreter's "arange's range must be a power of 2") or a silently odd table."""
+    from fp8lab.scaling import DelayedAmax, PerTensor, ScaleStrategy
+
+    with pytest.raises(ValueError, match=r"sink: expected a key index in \[-8, 8\)"):
+        explain.sink_inputs(1, 4, 8, 2, 2, 16, 4.0, torch.Generator().manual_seed(0), sink=8)
+    for offsets in ((0.0,), (0.0, 4.0, 8.0)):  # one was an IndexError; three left the third out of the ratio
+        with pytest.raises(ValueError, match="max_offsets: expected two offsets"):
+            explain.max_offset_sinks(attention_fa3_fp8, seqlen_q=4, seqlen_k=16, heads_q=2, heads_kv=2, head_dim=16,
+                                     max_offsets=offsets)
+    with pytest.raises(ValueError, match=r"case: expected one Gluon timing of '2x8192x32x255' .* its cases: \["):
+        explain.v23_swing(env.results_dir(), case="2x8192x32x255")
+    with pytest.raises(ValueError, match=r"version: expected one of \['v1', .* got 'v99'"):
+        explain.v_layout_costs(env.results_dir(), "v99")
+    with pytest.raises(TypeError, match=r"strategies\['delayed'\]: expected a factory"):
+        explain.delayed_kernel_check([torch.ones(4, 8)], {"delayed": ScaleStrategy(PerTensor(), DelayedAmax())})
+    with pytest.raises(ValueError, match="block_n: expected a power of two >= 16"):
+        explain.key_order_values(96)
+    with pytest.raises(ValueError, match=r"values: expected numbers with \|x\| <= 448 .* got 500.0"):
+        explain.cast_demo([1.0, 500.0])  # the casts then disagree with the saturating reference, GPU or not
+    shapes = pd.DataFrame({"kernel": ["a"], "batch": [1], "frac_copy_graph": [0.5], "copy_tbps_graph": [4.0]})
+    with pytest.raises(ValueError, match="copy_tbps: expected TB/s, a finite number > 0"):  # 0 was inf fractions
+        explain.quant_split_table(shapes, copy_tbps=0)
+
+
 # ---------------------------------------------------------------------------------------------
 # The H200's record, where notebook 09's prose quotes it
 

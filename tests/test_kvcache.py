@@ -257,6 +257,39 @@ def test_memory_table_counts_bytes_and_tokens():
     assert table["stored as"].tolist() == ["bfloat16", "float8_e4m3fn"] and table["tokens vs first"].tolist() == [1, 2]
     with pytest.raises(ValueError, match="memory_gib"):
         kvcache.memory_table(32, 8, 128, 0)
+    with pytest.raises(ValueError, match="memory_gib: expected GiB > 0, got inf"):
+        kvcache.memory_table(32, 8, 128, float("inf"))
+    with pytest.raises(ValueError, match="heads_kv: expected an int >= 1, got 0"):  # was a ZeroDivisionError
+        kvcache.memory_table(32, 0, 128, 80.0)
+    with pytest.raises(ValueError, match="kv_cache_dtypes: expected one or more names"):  # was a KeyError
+        kvcache.memory_table(32, 8, 128, 80.0, kv_cache_dtypes=[])
+    with pytest.raises(ValueError, match="kv_cache_dtypes: .* got 'fp8'"):  # not the letters 'f', 'p', '8'
+        kvcache.memory_table(32, 8, 128, 80.0, kv_cache_dtypes="fp8")
+
+
+def test_sizes_must_be_counts():
+    """Zero, negative or fractional sizes are named, not a wrong byte count, a truncated length or a
+    ZeroDivisionError / torch TypeError further in."""
+    g = torch.Generator().manual_seed(0)
+    with pytest.raises(ValueError, match="num_layers: expected an int >= 1, got -1"):
+        kv_bytes_per_token(-1, 8, 128, torch.bfloat16)
+    with pytest.raises(ValueError, match="head_dim: expected an int >= 1, got 64.5"):
+        kv_bytes_per_token(32, 8, 64.5, torch.bfloat16)
+    with pytest.raises(ValueError, match="block_size: expected an int >= 1, got 16.0"):
+        kvcache.random_pages([10, 20], 16.0, g)
+    with pytest.raises(ValueError, match="context_lens: expected an int >= 0, got 10.5"):
+        kvcache.random_pages([10.5, 20], 16, g)
+    with pytest.raises(ValueError, match="num_blocks: expected an int >= 0, got 4.0"):  # was a torch TypeError
+        PagedKVCache.allocate(4.0, 16, 2, 64)
+    draw = dict(heads_q=4, heads_kv=2, head_dim=8, block_size=4, generator=g)
+    with pytest.raises(ValueError, match="seq_lens: expected an int >= 0, got 10.7"):  # was truncated to 10
+        kvcache.DecodeBatch.draw([10.7, 20], **draw)
+    with pytest.raises(ValueError, match="heads_kv: expected an int >= 1, got 0"):  # was a ZeroDivisionError
+        kvcache.DecodeBatch.draw([10, 20], **{**draw, "heads_kv": 0})
+    with pytest.raises(ValueError, match="heads_q: expected an int >= 1, got 0"):  # was an empty q
+        kvcache.DecodeBatch.draw([10, 20], **{**draw, "heads_q": 0})
+    with pytest.raises(ValueError, match="max_batch: expected an int >= 1, got 0"):  # was "still splits at 0"
+        kvcache.first_batch_without_splits(2000, 8, 96, max_batch=0)
 
 
 def test_decode_batch_draws_pages_then_k_v_q_and_attends_exactly():
@@ -442,6 +475,10 @@ def test_graph_replay_reads_the_new_query_and_lengths():
         kvcache.graph_replay_equals_eager(call, next_q8, [20, 9], device="cpu", attention=attention, capture=capture)
     with pytest.raises(ValueError, match="none above max_seqlen_k=23"):
         kvcache.graph_replay_equals_eager(call, next_q8, [30, 2], device="cpu", attention=attention, capture=capture)
+    with pytest.raises(ValueError, match="next_q8: expected torch.float8_e4m3fn .* got torch.float32"):
+        # unquantized queries would be cast into the captured e4m3 query without their scale
+        kvcache.graph_replay_equals_eager(call, next_q8.float() * qs, [23, 9], device="cpu", attention=attention,
+                                          capture=capture)
 
 
 def test_captured_varlen_providers_and_the_recorded_replays():
@@ -537,3 +574,6 @@ def test_exercise_helpers():
     assert first == next(b for b in range(1, 65) if -(-(1.1 * 8 * n * b) // 132) >= n)
     with pytest.raises(ValueError, match="raise max_batch"):
         kvcache.first_batch_without_splits(2000, 8, 96, max_batch=3)
+    for factor in (0, -8.0, float("nan")):  # was a ZeroDivisionError, or a negative "scale" named
+        with pytest.raises(ValueError, match="factor: expected a finite number > 0"):
+            kvcache.q_scale_misset(batch, cache, qs, factor=factor)

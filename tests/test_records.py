@@ -78,6 +78,10 @@ def test_kernel_ratio_ranges_and_ratio_summary():
     assert ranges.loc["faster per case", "lowest"] == pytest.approx(min(best)) and ranges.loc["faster per case", "cases"] == 8
     plain = records.ratio_summary(pd.DataFrame({"a": [0.5, 1.2, float("nan")]}), target=None)
     assert plain.loc["a"].tolist() == [0.5, 1.2, 2] and "at or above" not in " ".join(plain.columns)
+    with pytest.raises(ValueError, match="grid: no 'fa3 FP8' rows to compare against"):  # was a bare KeyError
+        records.kernel_ratio_ranges(pd.DataFrame(rows), against="fa3 FP8")
+    with pytest.raises(ValueError, match="kernels: expected some of the grid's providers"):  # was a table of NaN
+        records.kernel_ratio_ranges(pd.DataFrame(rows), kernels=["fp8"])
 
 
 def test_grid_runs_one_row_per_grid_file(tmp_path):
@@ -180,6 +184,8 @@ def test_after_compile_since_and_summary():
                           "ratio": [0.5, 0.6, 0.88, 0.95, 0.93, 0.96]})
     recent = records.since_version(after, 12)
     assert recent["grid"].tolist() == ["v12_grid", "v12_grid_run1", "v21_grid", "v23_grid"]
+    with pytest.raises(ValueError, match="first: expected an int >= 0, got 'v12'"):  # was a TypeError from the map
+        records.since_version(after, "v12")
     summary = records.after_compile_summary(recent)
     assert list(summary.index) == ["after a compile", "card busy before", "5 rounds after 1.5 s of load"]
     assert summary.loc["after a compile"].tolist() == [0.88, 0.93, 1, 2]
@@ -231,6 +237,13 @@ def test_roofline_points_and_exp2_table():
     assert table.loc[64, "exp2 ceiling (model)"] == pytest.approx(132 * 1.98e9 * 16 * 4 * 64 / 1e12)
     assert table.loc[256, "at the clock measured in (c)"] == pytest.approx(132 * 1.782e9 * 16 * 4 * 256 / 1e12)
     assert table.loc[256, "clock lost (%)"] == pytest.approx(10.0)
+    with pytest.raises(ValueError, match=r"sm_mhz: expected a clock for every head dim of the grid \[64, 256\], "
+                                         r"none for \[256\]"):  # was KeyError: 256
+        records.exp2_table(grid, fastest, {64: 1980.0})
+    with pytest.raises(ValueError, match=r"max_mhz: expected a clock in MHz .* got 1.98"):  # GHz: was 1000x too low
+        records.exp2_table(grid, fastest, clocks, max_mhz=1.98)
+    with pytest.raises(ValueError, match=r"sm_mhz\[64\]: expected a clock in MHz"):
+        records.exp2_table(grid, fastest, {64: 1.98, 256: 1.782})
     fa3_best = max(r["tflops"] for r in rows if r["head_dim"] == 256 and r["provider"] == "fa3-fwd FP8")
     ours_best = max(r["tflops"] for r in rows if r["head_dim"] == 256 and r["provider"] in ("fp8lab", "fp8lab ws"))
     assert (table.loc[256, "best FA3 FP8"], table.loc[256, "best fp8lab (faster kernel)"]) == (fa3_best, ours_best)
@@ -297,6 +310,10 @@ def test_quant_floor_table_is_the_time_over_the_copy_floor():
     assert q["fastest_us"] == best["ms_graph"] * 1e3 and q["kernel"] == best["kernel"] and q["size"] == best["size"]
     assert q["over_floor"] == pytest.approx(best["ms_graph"] * 1e3 / q["floor_us"])
     assert records.fastest_quant(shapes)["ms_graph"] == shapes["ms_graph"].min()
+    with pytest.raises(ValueError, match="shapes: expected a quantization record's rows, got none"):  # was argmin's
+        records.quant_floor_table(shapes.iloc[:0], x)
+    with pytest.raises(ValueError, match="x_bytes > 0 and copy_tbps > 0, finite"):  # was a NaN floor
+        records.quant_floor_table(shapes, float("nan"))
 
 
 def test_quant_flush_divides_by_the_copy_timed_the_same_way(tmp_path):

@@ -143,6 +143,14 @@ def test_compare_on_distributions_and_what_notebook_02_derives_from_it(strategy_
         ex.compare_on_distributions(tensors, {"normal": tensors["normal"]})
 
 
+def test_compare_strategies_names_an_unknown_metric():
+    x = randn(1, 8, 2, 16, seed=5)
+    for bad in (["snr"], "sqnr"):  # a typo, and one name not in a list: were KeyError 'snr' and KeyError 's'
+        with pytest.raises(ValueError, match=r"metric_names: expected names from \('rmse', 'rel_l2', 'cosine', "
+                                             r"'sqnr'\), got"):
+            ex.compare_strategies({"x": x}, {"tensor": ScaleStrategy()}, metric_names=bad)
+
+
 def test_calibration_picks():
     calibs = {"a": randn(1, 97, 2, 16, seed=5), "b": randn(1, 97, 2, 16, seed=6).pow(3)}
     picks = ex.calibration_picks(calibs, percentile=99.0, mse_ratios=ex.log2_ratios(16, 4.0)).set_index(
@@ -334,3 +342,14 @@ def test_fallback_q_over_k():
     by = t.set_index(["q_over_k", "mode"])["rel_l2"]
     assert by[1.0, "intended"] == pytest.approx(by[1.0, "ideal"], rel=1e-9)
     assert by[64.0, "intended"] > 5 * by[64.0, "ideal"]
+    for amax in (0.0, -10.0, float("nan")):  # 0 was a ZeroDivisionError, -10 a table of negative amaxes
+        with pytest.raises(ValueError, match="q_amaxes: expected finite amaxes > 0, got"):
+            ex.fallback_q_over_k(q, k, v, [1.0], q_amax=amax)
+
+
+def test_head_spread_sweep_checks_the_heads():
+    q, k, v = randn(1, 8, 6, 16, seed=1), randn(1, 8, 4, 16, seed=2), randn(1, 8, 4, 16, seed=3)
+    with pytest.raises(ValueError, match=r"heads_q a multiple of heads_kv, got \(1, 8, 6, 16\)"):  # was a torch
+        ex.head_spread_sweep(q, k, v, [0.0])  # RuntimeError from the rescaling, "size of tensor a (6) must match"
+    with pytest.raises(ValueError, match="head_spread_sweep: expected q"):
+        ex.head_spread_sweep(q[0], k[0], v[0], [0.0])

@@ -17,7 +17,7 @@ from fp8lab.bench import (load_results, long_context_headline, mbarrier_waits, r
                           read_ncu_sass, records_frame)
 from fp8lab.env import triton_interpret
 from fp8lab.formats import cast_to_fp8, get_format
-from fp8lab.layout import check_attention_inputs
+from fp8lab.layout import check_attention_inputs, check_count
 from fp8lab.kernels import attention as _attention
 from fp8lab.kernels.attention import AttentionConfig, key_order
 from fp8lab.kernels.attention_ws import WsConfig, key_ordered_vt
@@ -116,6 +116,8 @@ def sink_inputs(batch: int, seqlen_q: int, seqlen_k: int, heads_q: int, heads_kv
     """e4m3fn q (batch, seqlen_q, heads_q, head_dim), k, v (batch, seqlen_k, heads_kv, head_dim) for
     unit descales, N(0, 1) but for one dominant key: every query scores key `sink` about `gap` nats
     above a typical key (q's first channel is 2, k's is 0 except that key's, gap * sqrt(head_dim) / 2)."""
+    if not -seqlen_k <= sink < seqlen_k:
+        raise ValueError(f"sink: expected a key index in [-{seqlen_k}, {seqlen_k}) (negative from the end), got {sink}")
     q = torch.randn(batch, seqlen_q, heads_q, head_dim, generator=generator)
     k, v = (torch.randn(batch, seqlen_k, heads_kv, head_dim, generator=generator) for _ in range(2))
     q[..., 0] = 2.0
@@ -137,6 +139,9 @@ def max_offset_sinks(attention: Callable, gaps: tuple[float, ...] = (0.0, 4.0, 6
     (its key index), gap, sink_weight (its mean softmax weight, float64), the relative L2 error
     against exact float64 attention at each max offset, and their ratio (first offset / second).
     """
+    if len(max_offsets) != 2:
+        raise ValueError(f"max_offsets: expected two offsets (the ratio is the first's error over the second's), "
+                         f"got {tuple(max_offsets)}")
     rows = []
     for sink in sinks:
         for gap in gaps:
@@ -503,7 +508,12 @@ def v23_swing(results_dir: str | Path, grid: str = "v21_grid", case: str = "2x81
     that timing ended (its `done_at`) to `after_s` after it, and that second as a span for
     `fp8lab.plots.perf.plot_clock_trace`. The defaults are v21's first grid, which ran 0.847."""
     rows = load_results(Path(results_dir) / f"bench_{grid}.json")["rows"]
-    (row,) = [r for r in rows if r.get("case") == case and r.get("provider") == "fp8lab ws"]
+    found = [r for r in rows if r.get("case") == case and r.get("provider") == "fp8lab ws"]
+    if len(found) != 1:
+        timed = list(dict.fromkeys(r["case"] for r in rows if r.get("provider") == "fp8lab ws"))
+        raise ValueError(f"case: expected one Gluon timing of {case!r} in bench_{grid}.json, got {len(found)}; "
+                         f"its cases: {timed}")
+    (row,) = found
     done = pd.Timestamp(pd.to_datetime(row["done_at"], format="%Y/%m/%d %H:%M:%S"))
     log = read_clock_log(Path(results_dir) / clock_log)
     start, end = done - pd.Timedelta(seconds=before_s), done + pd.Timedelta(seconds=after_s)
@@ -564,6 +574,8 @@ def quant_split_table(shapes: pd.DataFrame, copy_tbps: float | None = None) -> p
     kernel (rows, in the record's order) and batch split of the same 128 MiB (columns), the lowest
     and highest fraction of copy over the repeats; of the copy timed in the same run, or of
     `copy_tbps` (e.g. the issue's 4.3 TB/s)."""
+    if copy_tbps is not None and not 0 < copy_tbps < math.inf:
+        raise ValueError(f"copy_tbps: expected TB/s, a finite number > 0, or None, got {copy_tbps!r}")
     frac = shapes["frac_copy_graph"]
     if copy_tbps is not None:
         frac = frac * shapes["copy_tbps_graph"] / copy_tbps
@@ -589,6 +601,10 @@ def delayed_kernel_check(series: list[torch.Tensor], strategies: dict[str, Calla
     """Run each series of tensors through `fp8lab.scaling.quantize` and through the one-pass kernel
     `quantize_delayed`, each with a fresh strategy from its factory (`DelayedAmax` sources).
     One row per (strategy, step): whether the descales and the e4m3 bits are the same."""
+    for name, make in strategies.items():
+        if not callable(make):  # each side needs its own fresh state: a factory, not one shared strategy
+            raise TypeError(f"strategies[{name!r}]: expected a factory returning a fresh ScaleStrategy (e.g. "
+                            f"lambda: ScaleStrategy(...)), got {type(make).__name__}")
     rows = []
     for name, make in strategies.items():
         reference, kernel = make(), make()
@@ -604,6 +620,11 @@ def v_layout_costs(results_dir: str | Path, version: str = "v2") -> pd.DataFrame
     """The V layout lesson in numbers (d=128, 2 x 8192 x 32 heads, non-causal): the kernel with
     natural V, with pre-transposed V, and the one-off cost of pre-transposing V."""
     sweep = records_frame(results_dir, "sweep")
+    if version not in set(sweep["version"]):
+        from fp8lab.records import version_key
+
+        raise ValueError(f"version: expected one of {sorted(set(sweep['version']), key=version_key)} "
+                         f"(a bench_<version>_sweep.json), got {version!r}")
     sweep = sweep[(sweep["version"] == version) & (sweep["head_dim"] == 128)]
     run = sweep[(sweep["causal"] == False) & sweep["ms"].notna()]  # noqa: E712 - pandas mask
     natural = run[run["layout"] == "natural"].sort_values("ms").iloc[0]
@@ -856,6 +877,8 @@ def key_order_values(block_n: int = 32, device: str | torch.device | None = None
     """The kernel's own `key_order` (permute_keys=True) run for one block: (block_n,) int32 on the
     CPU, the key that score column c holds; equally the column where `key_ordered_vt` stores key c.
     device: where the kernel runs (None: the GPU if there is one, else the interpreter)."""
+    if check_count("block_n", block_n, 16) & (block_n - 1):  # tl.arange takes powers of two only
+        raise ValueError(f"block_n: expected a power of two >= 16 (a kernel key block), got {block_n!r}")
     if device is None:
         device = "cuda" if torch.cuda.is_available() and not triton_interpret() else "cpu"
     tau = torch.empty(block_n, dtype=torch.int32, device=device)
@@ -931,6 +954,9 @@ def cast_demo(values: list[float], device: str | torch.device = "cpu") -> pd.Dat
     Under TRITON_INTERPRET=1 the plain casts go wrong (e4m3 when rounding carries into
     the exponent, bf16 always truncates); on a GPU every column agrees. |values| <= 448.
     """
+    big = [x for x in values if abs(x) > 448]
+    if big:  # beyond e4m3's range the kernel's casts and the saturating reference disagree everywhere
+        raise ValueError(f"values: expected numbers with |x| <= 448 (e4m3fn's largest), got {big[0]!r}")
     n = triton.next_power_of_2(max(len(values), 1))
     x = torch.zeros(n, dtype=torch.float32)
     x[: len(values)] = torch.tensor(values, dtype=torch.float32)

@@ -77,6 +77,13 @@ def _inputs(dist: str, *, seqlen: int, heads: int, head_dim: int, seqlen_k: int 
                     head_dim=head_dim, seed=seed, device=device)
 
 
+def _check_dists(dists: tuple[str, ...]) -> None:
+    """`dists` must be one or more distribution names: ("normal") is the string "normal", not a tuple."""
+    if isinstance(dists, str) or not len(dists):
+        raise ValueError(f"dists: expected a tuple of one or more distribution names such as ('normal',), got "
+                         f"{dists!r}")
+
+
 def _fake_quantized(x: torch.Tensor, granularity) -> torch.Tensor:
     """x after an FP8 round trip with the given fp8lab.scaling granularity, float64."""
     from fp8lab.scaling import ScaleStrategy, fake_quantize
@@ -164,6 +171,7 @@ def attribution_table(dists: tuple[str, ...], *, seqlen: int, heads: int, head_d
                       accumulator: AccumulatorModel | None = AccumulatorModel(), seed: int = 0,
                       device: str | torch.device = "cpu") -> pd.DataFrame:
     """rel L2 of each step alone and of all steps, per distribution (rows: distribution, columns: step)."""
+    _check_dists(dists)
     rows = []
     for dist in tqdm(dists, desc="attribution", leave=False):
         q, k, v = _inputs(dist, seqlen=seqlen, heads=heads, head_dim=head_dim, seed=seed, device=device)
@@ -249,6 +257,7 @@ def p_cast_thresholds(offsets: tuple[float, ...] = (0, 8), fmt: str = "e4m3fn") 
 def max_offset_table(dists: tuple[str, ...], offsets: tuple[float, ...] = (0, 2, 4, 6, 8), *, seqlen: int,
                      heads: int, head_dim: int, seed: int = 0, device: str | torch.device = "cpu") -> pd.DataFrame:
     """rel L2 of the P cast alone and of all steps, for each max offset and distribution (long format)."""
+    _check_dists(dists)
     rows = []
     for dist in tqdm(dists, desc="max offset", leave=False):
         q, k, v = _inputs(dist, seqlen=seqlen, heads=heads, head_dim=head_dim, seed=seed, device=device)
@@ -292,6 +301,7 @@ def scaling_table(dists: tuple[str, ...], *, seqlen: int, heads: int, head_dim: 
     `head_input_range`), rel_l2_smallest_head and smallest_head: the head with the narrowest range,
     the one a per-tensor scale pushes furthest down e4m3's range.
     """
+    _check_dists(dists)
     rows = []
     for dist in tqdm(dists, desc="scaling", leave=False):
         q, k, v = _inputs(dist, seqlen=seqlen, heads=heads, head_dim=head_dim, seed=seed, device=device)

@@ -114,6 +114,9 @@ def compare_strategies(
     Static strategies must already hold their calibrated amax; delayed ones are reset before each tensor
     (so they show their first-call behaviour: the initial descale).
     """
+    unknown = [m for m in metric_names if m not in metrics.METRICS]
+    if isinstance(metric_names, str) or unknown:
+        raise ValueError(f"metric_names: expected names from {METRIC_NAMES}, got {metric_names!r}")
     rows = []
     for tname, x in tensors.items():
         ref = x.double()
@@ -190,6 +193,10 @@ def fallback_sweep(
     base_scale = q.shape[-1] ** -0.5
     if not q_over_k > 0:
         raise ValueError(f"q_over_k: expected a ratio > 0, got {q_over_k}")
+    q_amaxes = list(q_amaxes)
+    bad = [a for a in q_amaxes if not 0 < a < math.inf]
+    if bad:  # 0 divides by zero below; a negative amax flips Q's sign
+        raise ValueError(f"q_amaxes: expected finite amaxes > 0, got {bad[0]!r} in {q_amaxes}")
     for target in q_amaxes:
         cq = target / q.double().abs().max().item()
         ck = target / q_over_k / k.double().abs().max().item()
@@ -246,6 +253,10 @@ def head_spread_sweep(
     from fp8lab.scaling.fa3 import quantize_for_fa3
     from fp8lab.scaling.granularity import PerHead, PerTensor
 
+    if q.dim() != 4 or k.dim() != 4 or v.dim() != 4 or not k.shape[2] or q.shape[2] % k.shape[2] \
+            or k.shape[2] != v.shape[2]:
+        raise ValueError(f"head_spread_sweep: expected q (b, s, heads_q, d), k/v (b, s, heads_kv, d) with heads_q a "
+                         f"multiple of heads_kv, got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
     heads_q, heads_kv = q.shape[2], k.shape[2]
     rows = []
     for s in spreads_log2:

@@ -1,0 +1,70 @@
+"""Why the on-chip per-head kernel loses more than a copy after an L2 flush: the address translations?
+
+    PYTHONPATH=.:scripts python3 scripts/probe_quant_tlb.py OUT.json
+
+v34 (`probe_quant_flush.py`) flushed the L2 before every call by reading 256 MiB: at 128 MiB the copy
+lost about 5 us and the on-chip per-head kernel about 10 us. That flush also evicts the GPU's
+address translations (TLB entries) for x, and the per-head kernel reads x in 256-byte pieces of
+rows 8 KiB apart, so it may wait on more translation misses than a streaming kernel does. Four
+timings per kernel, in 3 interleaved rounds, at 64 and 128 MiB (1 x tokens x 32 x 128 bf16):
+
+- "graph": CUDA-graph replays back to back (v26's timing, no flush);
+- "flushed": the 256 MiB flush before every call (v34's timing);
+- "flushed, x touched": the same flush, then one element of every 64 KiB of x read, which brings
+  x's translations back while putting 2048 lines (256 KiB) of x in the L2;
+- "translations evicted": no L2 flush; one byte of every 2 MiB of a 32 GiB buffer read before
+  every call, which evicts translations and touches 2 MiB of the L2.
+
+Each "before" step's own time cancels (`probe_quant_flush.between_ms`). If translations explain
+the difference, "flushed, x touched" comes close to "graph" for the per-head kernel, and
+"translations evicted" comes close to "flushed".
+"""
+
+from __future__ import annotations
+
+import sys
+
+import torch
+
+import fp8lab.kernels.quantize as Q
+from fp8lab import bench, env
+from probe_quant_flush import REPLAYS, REPS, between_ms
+
+THRASH_GIB = 32
+
+
+def main(out: str) -> None:
+    gen = torch.Generator(device="cuda").manual_seed(35)
+    flush_buf = torch.rand(256 << 18, device="cuda", generator=gen)  # 256 MiB of float32
+    thrash = torch.zeros(THRASH_GIB << 30, device="cuda", dtype=torch.uint8)
+    q_scale = torch.tensor([0.05], device="cuda")
+    rows = []
+    for rep in range(3):
+        for tokens in (8192, 16384):
+            x = torch.randn(1, tokens, 32, 128, device="cuda", generator=gen, dtype=torch.bfloat16)
+            n = x.numel()
+            dst = torch.empty_like(x)
+            d_head = torch.rand(1, 32, device="cuda", generator=gen) * 0.01 + 0.005
+            befores = {"flushed": flush_buf.amax,
+                       "flushed, x touched": lambda: (flush_buf.amax(), x.view(-1)[:: 1 << 15].amax()),
+                       "translations evicted": lambda: thrash[:: 2 << 20].max()}
+            cases = {"copy bf16": (lambda: dst.copy_(x), 4 * n),
+                     "static (vLLM Q)": (lambda: Q.quantize_fp8_static(x, q_scale), 3 * n),
+                     "per-token": (lambda: Q.quantize_fp8(x, "token"), 3 * n),
+                     "per-head current (auto)": (lambda: Q.quantize_fp8(x, "head"), 3 * n),
+                     "per-head delayed": (lambda: Q.quantize_fp8_delayed(x, d_head), 3 * n)}
+            for name, (fn, nbytes) in cases.items():
+                times = {"graph": bench.median_ms_graph(fn)}
+                for mode, before in befores.items():
+                    times[mode], _ = between_ms(fn, before)
+                for mode, ms in times.items():
+                    rows.append(dict(rep=rep, tokens=tokens, mib=2 * n >> 20, kernel=name, mode=mode,
+                                     nbytes=nbytes, ms=ms, tbps=bench.tbps(nbytes, ms)))
+                print(f"{rep} {2 * n >> 20:4d} MiB {name:<24} "
+                      + "  ".join(f"{m} {t * 1e3:6.1f} us" for m, t in times.items()), flush=True)
+    bench.write_results(out, rows, env.context(dtype="bfloat16"), reps=REPS, replays=REPLAYS,
+                        flush_mib=256, thrash_gib=THRASH_GIB)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
