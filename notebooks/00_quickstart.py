@@ -37,11 +37,12 @@ seed: int = 0
 import matplotlib.pyplot as plt
 import pandas as pd
 import seaborn as sns
+import torch
 
 import fp8lab
 from fp8lab import data, env, formats, metrics, scaling
 from fp8lab.backends import doctor
-from fp8lab.notebooks import record
+from fp8lab.notebooks import exercise_note, record, unanswered
 from fp8lab.reference import attention_exact
 
 if smoke:
@@ -60,7 +61,7 @@ pd.Series(env.context(), name="value").to_frame()
 # %% [markdown]
 # The attention providers fp8lab looks for, and whether each was found. The
 # production FA3 FP8 kernels need a Hopper GPU (compute capability 9.x) and
-# one of vLLM, the `fa3-fwd` wheel or an upstream FA3 build.
+# one of vLLM (or its FA3 library alone), the `fa3-fwd` wheel or an upstream FA3 build.
 
 # %%
 report = doctor.report()
@@ -109,6 +110,8 @@ pd.Series(table, name="K after FP8 round trip").to_frame()
 normal = (k / k_descale_pt).abs() >= e4m3.min_normal  # elements that land in e4m3's normal range
 rel = ((k_back - k)[normal] / k[normal]).double().cpu()
 max_rel = record("k_max_rel_error_normals", rel.abs().max().item())
+assert max_rel <= 1 / 17 + 1e-12, max_rel
+print(f"largest relative error of an element: {max_rel:.4f} (bound 1/17 = {1 / 17:.4f})")
 ax = sns.histplot(rel.numpy(), bins=80, stat="percent")
 ax.set(xlabel="relative rounding error of one element (k_back - k) / k", ylabel="% of elements",
        title="FP8 e4m3 rounding error of K (per-tensor scale, normal range)")
@@ -118,9 +121,9 @@ plt.show()
 # ## 3. FP8 attention
 #
 # FA3 takes FP8 Q, K, V and float32 descales of shape `(batch, heads_kv)`.
-# We quantize per KV head (a GQA group of query heads shares Q's scale) and
-# call `fp8lab.attention`. What runs depends on the machine (notebook 04): on a Hopper GPU with
-# FA3 installed, the production kernel; on a Hopper GPU without it, or on Ada or Blackwell,
+# We quantize per KV head (Q too: the query heads of a GQA group share the descale of their KV
+# head) and call `fp8lab.attention`. What runs depends on the machine (notebook 04): on a Hopper
+# GPU with FA3 installed, the production kernel; on a Hopper GPU without it, or on Ada or Blackwell,
 # fp8lab's own FP8 kernels; on a CPU, `reference`: the FA3 emulation, which follows the kernel's
 # FP8 numerics step by step in PyTorch. A GPU without FP8 tensor cores (Ampere) has no FP8 kernel
 # at all; the cell then says so and runs the emulation.
@@ -173,11 +176,23 @@ plt.show()
 #    whose heads all have alike ranges? Notebook 03 (section 1) shows where per-head scales pay:
 #    once the heads' ranges span more binades than e4m3's normal range, and in the worst head's
 #    error rather than the whole output's, which the large heads dominate.
-# 3. What is the largest relative error rounding can cause for a value in e4m3's normal range?
-#    (Answer: half a step, which is 2⁻⁴ of the value's power of two, since a step is 2⁻³ of it;
-#    relative to the value itself, at most 2⁻⁴ / (1 + 2⁻⁴) = 1/17, just above a power of two.
-#    Checked below.)
+# 3. e5m2 keeps 2 mantissa bits instead of 3. Following section 2's argument, what is the largest
+#    relative error round-to-nearest can cause for a value in e5m2's normal range? Put it in
+#    `answer_3` below; the cell after it has a hidden solution, the last one checks.
 
 # %%
-assert max_rel <= 1 / 17 + 1e-12, max_rel
-print(f"largest relative error seen: {max_rel:.4f} <= 1/17 = {1 / 17:.4f} < 2^-4")
+answer_3 = None  # a number, e.g. 0.05 or a fraction such as 1 / 20
+
+# %% tags=["solution", "hide-input"]
+# Solution: a step is 2^-2 of the value's power of two, half a step 2^-3; the worst case is the tie
+# just above a power of two, 1 + 2^-3 (times 2^e), which rounds down: 2^-3 / (1 + 2^-3) = 1/9.
+_by_solution = unanswered(globals(), 3)  # before filling it in
+if answer_3 is None:  # fills in only an answer you left at None
+    answer_3 = 2**-3 / (1 + 2**-3)
+
+# %%
+one_binade = torch.linspace(1, 2, 2**12 + 1, dtype=torch.float64)  # every tie of e5m2 in [1, 2] included
+worst = ((formats.quantize(one_binade, "e5m2") - one_binade).abs() / one_binade).max().item()
+assert abs(answer_3 - worst) < 1e-9, f"{answer_3} is not the largest relative error"
+print(f"3: correct ({worst:.4f}); every binade of the normal range scales the same way")
+print(exercise_note(_by_solution))

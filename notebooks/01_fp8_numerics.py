@@ -135,12 +135,7 @@ x = torch.randn(n_samples, generator=g, dtype=torch.float64)
 errors = plots.rounding_error_frame(x, ["e4m3fn"], roundings=("nearest", "stochastic"), generator=g)
 plots.plot_rounding_errors(errors, "error_ulps")
 plt.show()
-summary = errors.groupby("rounding").agg(
-    mean_error_ulps=("error_ulps", "mean"),
-    max_abs_error_ulps=("error_ulps", lambda e: e.abs().max()),
-    rms_rel_error=("rel_error", lambda e: math.sqrt((e**2).mean())),
-)
-summary
+plots.rounding_summary(errors, "rounding")
 
 # %% [markdown]
 # The bias check, on one value: 1.03 lies between e4m3fn's 1.0 and 1.125.
@@ -150,9 +145,11 @@ summary
 # %%
 one = torch.full((stochastic_draws,), 1.03, dtype=torch.float64)
 sr = formats.quantize(one, e4m3fn, rounding="stochastic", generator=g)
-sigma = 0.125 * math.sqrt(0.24 * 0.76 / stochastic_draws)
-print(f"nearest: {formats.quantize(one[:1], e4m3fn).item()}, stochastic mean over {stochastic_draws} draws:",
-      f"{sr.mean().item():.4f} (expected 1.03 +- {sigma:.4f}), values seen: {sorted(set(sr.tolist()))}")
+gap = formats.ulp(1.03, e4m3fn).item()  # 1.125 - 1.0
+p_up = (1.03 - 1.0) / gap
+sigma = gap * math.sqrt(p_up * (1 - p_up) / stochastic_draws)  # standard error of the mean
+print(f"nearest: {formats.quantize(one[:1], e4m3fn).item()}, P(round up) = {p_up:.2f}, stochastic mean over",
+      f"{stochastic_draws} draws: {sr.mean().item():.4f} (expected 1.03 +- {sigma:.4f}), values seen: {sorted(set(sr.tolist()))}")
 
 # %% [markdown]
 # (`rms_rel_error` above includes the N(0,1) draws below e4m3's normal range, 2^-6, whose relative
@@ -164,7 +161,7 @@ print(f"nearest: {formats.quantize(one[:1], e4m3fn).item()}, stochastic mean ove
 errors_all = plots.rounding_error_frame(x[x.abs() > 2**-6], plots.ELEMENT_FORMATS)  # normal range of all four
 plots.plot_rounding_errors(errors_all, "rel_error")
 plt.show()
-rms_rel = errors_all.groupby("format").rel_error.apply(lambda e: math.sqrt((e**2).mean()))
+rms_rel = plots.rounding_summary(errors_all, "format")["rms_rel_error"]
 record("rms_rel_error_normal_range", rms_rel.to_dict())
 rms_rel.to_frame("rms relative error")
 
@@ -189,19 +186,11 @@ best
 # The usual per-tensor scale maps the tensor's amax onto the format's max: x is multiplied by
 # `s = max / amax` (as torchao and TransformerEngine do), or, the same thing, divided by the
 # descale `amax / max` (FA3's `*_descale`; vLLM's `k_scale` is such a descale, though its dynamic
-# ones divide by 200 or 100, not 448, to leave headroom):
+# ones divide amax by 200 or 100, not 448, to leave headroom). `window` counts the binades of
+# scales whose error is within 2x of the format's best:
 
 # %%
-amax = k.abs().max().item()
-rows = []
-for name in ("e4m3fn", "e5m2"):
-    f = formats.get_format(name)
-    s = f.max / amax
-    err = ((formats.quantize(k * s, f) / s - k).norm() / k.norm()).item()
-    window = sweep[(sweep.format == name) & (sweep.rel_l2 < 2 * best.loc[name, "rel_l2"])].log2_scale
-    rows.append({"format": name, "scale": s, "rel_l2 at amax scale": err,
-                 "window (binades within 2x of best)": int(window.max() - window.min() + 1)})
-amax_scaling = pd.DataFrame(rows).set_index("format")
+amax_scaling = plots.amax_scale_table(k, sweep)
 record("rel_l2_amax_scale", amax_scaling["rel_l2 at amax scale"].to_dict())
 amax_scaling
 
@@ -231,7 +220,7 @@ print(f"e4m3fn subnormals: {sub.numel()} values, {sub[0].item()} .. {sub[-1].ite
 # K's entries whose magnitude is below `min_normal` after scaling:
 
 # %%
-s = e4m3fn.max / amax
+s = amax_scaling.loc["e4m3fn", "scale"]
 scaled = (k * s).abs()
 share = {
     "subnormal": ((scaled > 0) & (scaled < e4m3fn.min_normal)).double().mean().item(),
@@ -239,6 +228,11 @@ share = {
 }
 record("e4m3fn_subnormal_share_at_amax_scale", share["subnormal"])
 pd.Series(share, name="share of entries").to_frame()
+
+# %% [markdown]
+# A tiny share: at the amax scale this tensor spans fewer binades than e4m3's normal range, so
+# subnormals rarely matter. They do once a tensor holds parts of very different magnitudes under
+# one scale (notebook 03, section 1: heads whose ranges differ by many binades).
 
 # %% [markdown]
 # ## 8. The fnuz formats (AMD MI300)
@@ -312,8 +306,8 @@ others[f"torch {probe['torch']} cpu"] = probe
 pd.DataFrame({lib: {n: i.get("overflow") for n, i in p["formats"].items()} for lib, p in others.items()})
 
 # %% [markdown]
-# Two more findings of the probe. First, a float64 input is rounded twice by
-# torch's cast (to float32, then to FP8), which can miss the nearest value:
+# Two more findings of the probe. First, torch's cast may round a float64 input twice (to
+# float32, then to FP8) and so miss the nearest value; the probe checks whether this torch does:
 
 # %%
 x64 = torch.tensor([1 + 2**-4 + 2**-40], dtype=torch.float64)  # just above the tie between 1 and 1.125
@@ -321,9 +315,9 @@ print(f"torch cast: {x64.to(torch.float8_e4m3fn).item()}, exact nearest: {format
       f"double rounding detected by the probe: {probe['formats']['e4m3fn'].get('float64_double_rounding')}")
 
 # %% [markdown]
-# Second, torch's e8m0fnu cast rounds ties `1.5 * 2^e` up, ignores the sign
-# (-3 becomes 4) and rounds float32 subnormals its own way; `quantize` follows
-# its ties but gives NaN (or 2^-127 when saturating) for negative inputs:
+# Second, the e8m0fnu cast. torch 2.13 on a CPU rounds ties `1.5 * 2^e` up, ignores the sign
+# (-3 becomes 4) and rounds float32 subnormals its own way; `quantize` follows its ties but
+# gives NaN (or 2^-127 when saturating) for negative inputs. This machine's torch:
 
 # %%
 rows[(rows.format == "e8m0fnu") & rows.kind.isin(["in_range", "negative", "float32_subnormal"])].set_index("case")
@@ -335,7 +329,7 @@ rows[(rows.format == "e8m0fnu") & rows.kind.isin(["in_range", "negative", "float
 # with `quantize` bit for bit:
 
 # %%
-edge = torch.tensor([500.0, -1e6, math.inf, 464.0, 465.0, math.nan, 0.0029296875])
+edge = torch.tensor([500.0, -1e6, math.inf, 470.0, math.nan, 1e-3, -1e-4])
 cast = formats.cast_to_fp8(edge)
 ref = formats.quantize(edge, e4m3fn)
 assert torch.equal(formats.encode(ref, e4m3fn), cast.view(torch.uint8))  # bit for bit, NaN included
@@ -354,30 +348,34 @@ pd.DataFrame({"input": edge.tolist(), "cast_to_fp8": cast.float().tolist(), "qua
 #   the window, precision is all that matters, so attention's forward pass uses
 #   e4m3 (half the error of e5m2).
 # - fnuz formats: bias + 1 (values halved), one NaN at 0x80, no -0, no inf.
-# - Casts disagree on overflow (saturate or NaN): torch 2.13 on a CPU saturates, torch 2.11 on an
-#   H200 and ml_dtypes give NaN. Clamp before casting (`cast_to_fp8`), and never feed float64 to a
-#   torch FP8 cast directly.
+# - Casts disagree on overflow (saturate or NaN) by library, version and device: torch 2.13 on a
+#   CPU saturated e4m3fn, torch 2.11 on an H200 gave NaN (section 9 shows what this machine does).
+#   Clamp before casting (`cast_to_fp8`), and never feed float64 to a torch FP8 cast directly.
 #
 # ## Exercises
 #
 # Each exercise has a cell for your answer, a hidden solution cell (it fills in only an answer
 # left at None), and a check.
 #
-# **1.** What is the largest finite e5m2fnuz value, and what is its code?
-# (Hint: no code is reserved for infinity.)
+# **1.** Section 1's table gives e5m2 and e5m2fnuz the same max, 57344, although e5m2fnuz's bias
+# is one larger. What is the code of the max in each format? (Hint: which exponent fields are
+# reserved for infinity and NaN?)
 
 # %%
-answer_1 = None  # (value, code): replace None with your answer
+answer_1 = None  # (code of e5m2's max, code of e5m2fnuz's max), as ints such as 0x7C
 
 # %% tags=["solution", "hide-input"]
-# Solution: exponent field 11111 is finite in fnuz, so max = 1.11b * 2^(31 - 16), code 0 11111 11.
+# Solution: e5m2 reserves exponent field 11111 for inf and NaN, so its max is
+# 1.11b * 2^(30 - 15), code 0 11110 11 = 0x7B. In e5m2fnuz 11111 is finite: 1.11b * 2^(31 - 16),
+# the same value, code 0 11111 11 = 0x7F. The larger bias halves every value; the extra binade
+# at the top gives the factor back.
 _by_solution = unanswered(globals(), 1)  # before filling them in
 if answer_1 is None:  # fills in only an answer you left at None
-    answer_1 = (1.75 * 2.0 ** (31 - 16), 0b0_11111_11)
+    answer_1 = (0b0_11110_11, 0b0_11111_11)
 
 # %%
-f = formats.get_format("e5m2fnuz")
-assert answer_1 == (f.max, int(formats.encode(torch.tensor(f.max), f))), answer_1
+maxima = [formats.get_format(n) for n in ("e5m2", "e5m2fnuz")]
+assert tuple(answer_1) == tuple(int(formats.encode(torch.tensor(f.max), f)) for f in maxima), answer_1
 print("1: correct")
 print(exercise_note(_by_solution))
 
@@ -425,21 +423,22 @@ print("3: correct")
 print(exercise_note(_by_solution))
 
 # %% [markdown]
-# **4.** How many e4m3fn values lie in [1, 2), and how many in [2^-9, 2^-6)?
+# **4.** How many e4m3fn values lie in [1, 2), and how many in [2^-8, 1)?
 # (Count by hand from the bit layout, then check.)
 
 # %%
-answer_4 = None  # (count in [1, 2), count in [2^-9, 2^-6))
+answer_4 = None  # (count in [1, 2), count in [2^-8, 1))
 
 # %% tags=["solution", "hide-input"]
-# Solution: a binade holds 2^3 = 8 values; [2^-9, 2^-6) are the 7 nonzero subnormals.
+# Solution: a binade holds 2^3 = 8 values. [2^-8, 1) holds the subnormals k * 2^-9 with
+# k = 2..7 (6 values) and the six normal binades 2^-6 .. 2^-1 (48 values): 54.
 _by_solution = unanswered(globals(), 4)  # before filling them in
 if answer_4 is None:  # fills in only an answer you left at None
-    answer_4 = (8, 7)
+    answer_4 = (8, 54)
 
 # %%
-counts = (int(((grid >= 1) & (grid < 2)).sum()), int(((grid >= 2**-9) & (grid < 2**-6)).sum()))
-assert answer_4 == counts, counts
+counts = (int(((grid >= 1) & (grid < 2)).sum()), int(((grid >= 2**-8) & (grid < 1)).sum()))
+assert tuple(answer_4) == counts, answer_4
 print("4: correct")
 print(exercise_note(_by_solution))
 

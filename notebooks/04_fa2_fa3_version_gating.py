@@ -31,7 +31,7 @@ import pandas as pd
 import seaborn as sns
 import torch
 
-from fp8lab import reference
+from fp8lab import metrics, reference
 from fp8lab.backends import BackendError, attention, doctor, gating
 from fp8lab.backends.gating import PROVIDERS, Device, Request, decide
 from fp8lab.notebooks import exercise_note, record, unanswered
@@ -69,11 +69,13 @@ matrix
 #
 # The last column says how each sums P·V (the probabilities times V, the second of attention's two
 # matrix products) over the key blocks for FP8 inputs (`gating.FP8_PV_ACCUMULATION`). The tensor
-# cores' FP8 matrix multiply-accumulate (MMA) on Hopper keeps about 13 bits of its accumulator, and
-# upstream FA3 ("mma") keeps O in it across the whole context, so its error grows with the
-# context; vLLM's FA3 adds each block to O in fp32 ("flush"); our kernels do either ("option";
-# the switch came in the kernels' version v28, docs/kernel-notes.md). `attention(..., pv_flush=True)`
-# passes over the "mma" providers (notebook 05 (e), notebook 09 (h)).
+# cores' FP8 matrix multiply-accumulate (MMA) on Hopper does not accumulate in full fp32: it keeps
+# about 14 significant bits (DeepSeek-V3's report; the model notebook 05 (e) fits to an H200 cuts
+# 13 bits below the largest magnitude). Upstream FA3 ("mma") keeps O in it across the whole
+# context, so its error grows with the context; vLLM's FA3 adds each block to O in fp32
+# ("flush"); our kernels do either ("option"; the switch came in the kernels' version v28,
+# docs/kernel-notes.md). `attention(..., pv_flush=True)` passes over the "mma" providers
+# (notebook 05 (e), notebook 09 (h)).
 
 # %%
 pd.Series(gating.FP8_PV_ACCUMULATION, name="FP8 P V sum")
@@ -105,7 +107,7 @@ here
 # capability and a set of installed providers. Below, every machine has every
 # provider of `gating.PROVIDERS` installed (printed first: every FA3 and FA2 build,
 # vLLM's and upstream's, the SDPA providers, our two kernels and the reference), so only
-# the GPU differs.
+# the GPU differs. `doctor.decision_table` calls `decide` for each dtype and head dim.
 
 # %%
 MACHINES = {
@@ -114,14 +116,9 @@ MACHINES = {
 }
 everything = set(PROVIDERS)
 print("installed on every simulated machine:", ", ".join(PROVIDERS))
-rows = []
-for machine, dev in MACHINES.items():
-    for dtype in ("bf16", "fp8"):
-        for d in head_dims:
-            dec = decide(dev, everything, Request(dtype, d), env={})
-            rows.append({"machine": machine, "dtype": dtype, "head_dim": d, "choice": dec.label(),
-                         "backend": dec.backend or "error"})
-sim = pd.DataFrame(rows)
+sim = pd.DataFrame([{"machine": machine, **row} for machine, dev in MACHINES.items()
+                    for row in doctor.decision_table(dev, everything, head_dims=tuple(head_dims), env={})])
+sim["backend"] = sim.backend.fillna("error")
 table = sim.pivot_table(index="machine", columns=["dtype", "head_dim"], values="choice", aggfunc="first")
 table.loc[list(MACHINES)]
 
@@ -144,7 +141,8 @@ plt.show()
 # use FA2 for bf16 (Blackwell falls back from FA3, as in vLLM without FA4); FP8 on Ada and Blackwell
 # goes to the Triton kernel, on Ampere (no FP8 tensor cores) nowhere; head dim 72 fails every FP8
 # kernel's multiple-of-16 rule, and 320 is beyond every FlashAttention, so bf16 there falls to SDPA
-# on every machine and FP8 has no kernel.
+# on every GPU and FP8 has no kernel. On the CPU, `auto` ends at the reference, which takes any
+# head dim (on a GPU it never picks the slow reference; ask for `backend="reference"`).
 
 # %% [markdown]
 # ## 4. FP8 into FA2
@@ -178,29 +176,21 @@ except BackendError as e:
 # %% [markdown]
 # With `fp8_fallback="dequantize"` a bf16-only provider runs on
 # `q8.float() * q_descale` rounded to bf16. It is correct, but it is no longer
-# FP8 attention: no FP8 MMA, no P cast, no speed-up. On this machine SDPA
-# stands in for FA2 (same bf16 inputs). Compare both against exact attention on
-# the FP8 inputs:
+# FP8 attention: no FP8 MMA, no P cast, no speed-up. Here SDPA stands in for FA2
+# (same bf16 inputs; it runs on any machine). Compare both against exact attention on
+# the FP8 inputs (the dequantized values, in float64):
 
 # %%
 descales = dict(q_descale=qd, k_descale=kd, v_descale=vd)
 exact = reference.attention_exact(q8, k8, v8, **descales)
 fallback = attention(q8, k8, v8, **descales, backend="sdpa", fp8_fallback="dequantize")
 fa3_like = reference.attention_fa3_fp8(q8, k8, v8, **descales)
-
-
-def rel_l2(x: torch.Tensor) -> float:
-    return ((x.double() - exact).norm() / exact.norm()).item()
-
-
-errors = pd.DataFrame([
-    {"path": "a bf16 provider (here SDPA, standing in for FA2) on dequantized bf16 (fp8_fallback='dequantize')",
-     "rel L2 vs exact": rel_l2(fallback)},
-    {"path": "FA3's FP8 forward (emulated: P cast to e4m3)", "rel L2 vs exact": rel_l2(fa3_like)},
-])
-record("04.dequantize_fallback_rel_l2", rel_l2(fallback))
-record("04.fa3_emulation_rel_l2", rel_l2(fa3_like))
-errors
+errors = pd.Series({
+    "a bf16 provider (here SDPA, standing in for FA2) on dequantized bf16 (fp8_fallback='dequantize')":
+        record("04.dequantize_fallback_rel_l2", metrics.rel_l2(fallback, exact)),
+    "FA3's FP8 forward (emulated: P cast to e4m3)": record("04.fa3_emulation_rel_l2", metrics.rel_l2(fa3_like, exact)),
+}, name="rel L2 vs exact")
+errors.to_frame()
 
 # %% [markdown]
 # The fallback is *more* accurate than FP8 attention: it only rounds to bf16,
@@ -227,22 +217,14 @@ errors
 # no ALiBi slopes):
 
 # %%
-rule = []
-for machine, dev in MACHINES.items():
-    for override in ("", "2", "3"):
-        env = {"FP8LAB_FLASH_ATTN_VERSION": override} if override else {}
-        version, notes = gating.flash_attn_version(dev.capability, everything, env)
-        rule.append({"machine": machine, "override": override or "-", "FA version": version or "none",
-                     "supports FP8": gating.flash_attn_supports_fp8(dev.capability, everything, env),
-                     "why": notes[-1]})
-pd.DataFrame(rule)
+pd.DataFrame(gating.flash_attn_version_rows(MACHINES, everything))
 
 # %% [markdown]
 # Two places where the rule has teeth: forcing FA3 on an A100 gives *no*
 # FlashAttention (vLLM's check asserts, the assertion is caught and the rule returns None;
 # fp8lab falls through to the next backend), and forcing FA2 on an H100 turns FA3's FP8 off even
-# though the GPU could run it: `auto` then falls through to fp8lab's own kernels (exercise 2),
-# where vLLM would have no FP8 attention at all.
+# though the GPU could run it: vLLM would then have no FP8 attention at all (where fp8lab's `auto`
+# goes instead is exercise 2).
 #
 # ## Summary
 #

@@ -3,6 +3,7 @@ small synthetic records (what each column means), and on the H200's record where
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 
@@ -290,11 +291,16 @@ def test_transpose_v_ratios_and_their_words():
     summary = explain.transpose_v_summary(forms, "LDSM.T")
     lines = explain.describe_transpose_v(summary)
     lo, hi = ratios.loc["LDSM.T"].iloc[:2]["transpose_v / V^T ready"].agg(["min", "max"])
-    assert lines[0] == (f"d=64: in-kernel transpose {lo:.2f}-{hi:.2f}x, copy + kernel "
-                        f"{summary.loc[64, ('+ copy / V^T ready', 'lowest')]:.2f}-"
-                        f"{summary.loc[64, ('+ copy / V^T ready', 'highest')]:.2f}x, no transpose (in place) "
-                        f"{summary.loc[64, ('no transpose / V^T ready', 'lowest')]:.2f}-"
-                        f"{summary.loc[64, ('no transpose / V^T ready', 'highest')]:.2f}x")
+
+    def span(low: float, high: float) -> str:  # one number where both print the same
+        return f"{low:.2f}x" if f"{low:.2f}" == f"{high:.2f}" else f"{low:.2f}-{high:.2f}x"
+
+    assert lines[0] == (f"d=64: in-kernel transpose {span(lo, hi)}, copy + kernel "
+                        f"{span(*summary.loc[64, '+ copy / V^T ready'])}, no transpose (in place) "
+                        f"{span(*summary.loc[64, 'no transpose / V^T ready'])}")
+    one = summary.copy()
+    one[("+ copy / V^T ready", "highest")] = one[("+ copy / V^T ready", "lowest")]
+    assert f"copy + kernel {one.loc[64, ('+ copy / V^T ready', 'lowest')]:.2f}x," in explain.describe_transpose_v(one)[0]
     assert lines[1].startswith("d=256:") and "no transpose" not in lines[1]  # not timed at 256
     with pytest.raises(ValueError, match="no form 'shifts'"):
         explain.transpose_v_summary(forms, "shifts")
@@ -357,3 +363,26 @@ def test_h200_record_figures_notebook_09_quotes():
                                      "one program per tile")
     plain = persistent[~persistent.index.str.endswith("causal")]
     assert len(plain) == 9 and plain.between(0.004, 0.036).all()  # (e): "by 0.4-3.6 %"
+    # (d): the packed words at head dim 256, from v11's tile; v11's unpack slower than float32 P at 128
+    v12 = explain.kernel_ratios(explain.v12_record(rdir))
+    at256 = v12.index.str.contains("x256")
+    f32, unpack, words = (v12[c] for c in ("P in float32 (v11 default)", "P packed, v11's unpack",
+                                            "P packed, words as the A operand (v12)"))
+    assert f32[at256].between(0.81, 0.87).all() and words[at256].between(0.91, 1.01).all()
+    assert (unpack[~at256] < f32[~at256]).all()
+    c3 = explain.kernel_ratios(explain.v12_consumers_record(rdir))  # (d): three consumers against two and Triton
+    three, two, triton = (c3[c] for c in ("Gluon, 3 consumers (192 rows, v12)", "Gluon, 2 consumers (128 rows)",
+                                           "Triton default"))
+    assert three.between(0.89, 0.99).all() and two.between(0.81, 0.84).all()
+    short = c3.index.str.startswith("4x4096")
+    assert (three[short] < triton[short]).all() and (three[~short] > triton[~short]).all()
+    # summary: v31's in-kernel transpose per head dim, "0.94-0.95 ... 0.84-0.85 ... 0.72-0.75"
+    kept = explain.transpose_v_summary(explain.transpose_v_forms(rdir), "LDSM.T")["transpose_v / V^T ready"].round(2)
+    assert kept.to_dict("index") == {64: {"lowest": 0.94, "highest": 0.95}, 128: {"lowest": 0.84, "highest": 0.85},
+                                     256: {"lowest": 0.72, "highest": 0.75}}
+    # exercise 6 can fail: the GPU's flushing tile at 2x8192x32x64 keeps a fraction that neither the v27 form
+    # (the default tile with the flush) nor the grid's other run gives within the check's 0.005
+    tile, v27_tile = A.gpu_config(64, False, pv_flush=True), dataclasses.replace(A.gpu_config(64, False), pv_flush=True)
+    assert tile != v27_tile
+    flush64, v27_form = (explain.pv_flush_kept(tiles, "2x8192x32x64", c) for c in (tile, v27_tile))
+    assert min(abs(flush64 - v27_form), abs(flush64 - grid.loc["2x8192x32x64", "Triton pv_flush / Triton"])) > 0.01

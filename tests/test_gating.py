@@ -283,3 +283,19 @@ def test_capability_rows_describe_every_provider():
     assert rows["fa3-fwd"]["GPU"] == "9.x only" and rows["vllm-fa2"]["FP8 needs"] == "-"
     assert (rows["fa3-fwd"]["FP8 P V sum"], rows["vllm-so"]["FP8 P V sum"], rows["gluon"]["FP8 P V sum"]) == (
         "mma", "flush", "option")
+
+
+def test_flash_attn_version_rows_follow_the_rule():
+    machines = {"A100": AMPERE, "H100": HOPPER, "B200": BLACKWELL, "CPU": CPU}
+    rows = gating.flash_attn_version_rows(machines, ALL)
+    assert [(r["machine"], r["override"]) for r in rows] == [(m, o) for m in machines for o in ("-", "2", "3")]
+    table = {(r["machine"], r["override"]): r for r in rows}
+    assert {k: r["FA version"] for k, r in table.items() if k[0] in ("A100", "H100", "B200")} == {
+        ("A100", "-"): 2, ("A100", "2"): 2, ("A100", "3"): "none",  # forced FA3 off Hopper: no FlashAttention
+        ("H100", "-"): 3, ("H100", "2"): 2, ("H100", "3"): 3,
+        ("B200", "-"): 2, ("B200", "2"): 2, ("B200", "3"): 2}  # Blackwell falls back from FA3
+    assert [k for k, r in table.items() if r["supports FP8"]] == [("H100", "-"), ("H100", "3")]
+    assert all(r["FA version"] == "none" and "no CUDA" in r["why"] for k, r in table.items() if k[0] == "CPU")
+    assert "Blackwell" in table[("B200", "3")]["why"] and "overrides" in table[("H100", "2")]["why"]
+    with pytest.raises(ValueError, match="expected None, 2 or 3"):
+        gating.flash_attn_version_rows({"H100": HOPPER}, ALL, overrides=(4,))

@@ -53,6 +53,7 @@ __all__ = [
     "decide",
     "flash_attn_supports_fp8",
     "flash_attn_version",
+    "flash_attn_version_rows",
     "is_fa_version_supported",
     "provider_order",
     "provider_reasons",
@@ -408,6 +409,27 @@ def flash_attn_supports_fp8(
     """vLLM's `flash_attn_supports_fp8`: the chosen version is FA3 and the device is 9.x."""
     version, _ = flash_attn_version(capability, available, env)
     return version == 3 and capability is not None and capability[0] == 9
+
+
+def flash_attn_version_rows(
+    devices: Mapping[str, Device], available: Iterable[str], overrides: Iterable[int | None] = (None, 2, 3)
+) -> list[dict[str, object]]:
+    """`flash_attn_version` for each named device and each override (None = no override): one row
+    each, with the version ("none" for no FlashAttention), `flash_attn_supports_fp8` and the last
+    note (why the rule ended where it did)."""
+    available = set(available)
+    rows = []
+    for machine, dev in devices.items():
+        for override in overrides:
+            if override not in (None, 2, 3):
+                raise ValueError(f"overrides: expected None, 2 or 3, got {override!r}")
+            env = {VERSION_ENV: str(override)} if override else {}
+            version, notes = flash_attn_version(dev.capability, available, env)
+            rows.append({"machine": machine, "override": str(override) if override else "-",
+                         "FA version": version or "none",
+                         "supports FP8": flash_attn_supports_fp8(dev.capability, available, env),
+                         "why": notes[-1]})
+    return rows
 
 
 @dataclass(frozen=True)

@@ -731,9 +731,10 @@ def transpose_v_summary(forms: pd.DataFrame, form: str = "LDSM.T") -> pd.DataFra
 def describe_transpose_v(summary: pd.DataFrame) -> list[str]:
     """`transpose_v_summary` in words, one line per head dim: the in-kernel transpose, the copy plus the
     kernel and (where timed) the transposer that does no work, each as lowest-highest fraction of the
-    V^T-ready kernel's speed."""
+    V^T-ready kernel's speed (one number where both round to the same)."""
     def span(row: pd.Series, ratio: str) -> str:
-        return f"{row[(ratio, 'lowest')]:.2f}-{row[(ratio, 'highest')]:.2f}x"
+        low, high = f"{row[(ratio, 'lowest')]:.2f}", f"{row[(ratio, 'highest')]:.2f}"
+        return f"{low}x" if low == high else f"{low}-{high}x"
 
     lines = []
     for d, row in summary.iterrows():

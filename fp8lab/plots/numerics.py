@@ -26,7 +26,9 @@ __all__ = [
     "value_grid_frame",
     "relative_spacing_frame",
     "rounding_error_frame",
+    "rounding_summary",
     "scale_sweep_frame",
+    "amax_scale_table",
     "plot_value_grid",
     "plot_relative_spacing",
     "plot_rounding_errors",
@@ -54,8 +56,9 @@ def format_table(fmts: Iterable[FormatLike] | None = None) -> pd.DataFrame:
     """One row per format: bit layout, bias, max, smallest values, range and precision.
 
     `binades` = log2(max / min_subnormal), the dynamic range in powers of two;
-    `rel_precision` = 2^-(mantissa_bits + 1), the worst relative rounding error
-    of round-to-nearest on normal values.
+    `rel_precision` = 2^-(mantissa_bits + 1), a bound on the relative rounding
+    error of round-to-nearest on normal values (the worst case, a tie just above
+    a power of two, is 2^-(m+1) / (1 + 2^-(m+1))).
     """
     rows = []
     for f in _formats(fmts):
@@ -164,6 +167,16 @@ def rounding_error_frame(
     return pd.concat(frames, ignore_index=True)
 
 
+def rounding_summary(frame: pd.DataFrame, by: str | Sequence[str] = "rounding") -> pd.DataFrame:
+    """Per group of `rounding_error_frame` rows (by "rounding", "format" or both): the mean error
+    in ulps (bias), the largest |error| in ulps and the RMS relative error."""
+    return frame.groupby(by).agg(
+        mean_error_ulps=("error_ulps", "mean"),
+        max_abs_error_ulps=("error_ulps", lambda e: e.abs().max()),
+        rms_rel_error=("rel_error", lambda e: math.sqrt((e**2).mean())),
+    )
+
+
 def scale_sweep_frame(
     x: torch.Tensor, fmts: Iterable[FormatLike] | None = None, log2_scales: Iterable[int] = range(-30, 31)
 ) -> pd.DataFrame:
@@ -191,6 +204,34 @@ def scale_sweep_frame(
                 }
             )
     return pd.DataFrame(rows)
+
+
+def amax_scale_table(x: torch.Tensor, sweep: pd.DataFrame, within: float = 2.0) -> pd.DataFrame:
+    """The usual per-tensor scale `s = max / amax(x)` for each format of `sweep` (a
+    `scale_sweep_frame` of the same `x`), one row per format:
+
+    scale, log2_scale (not a whole number in general), rel_l2 at that scale
+    (quantize(x * s) / s against x), and window: the span, in binades, of the sweep's
+    power-of-two scales whose rel_l2 is within `within` times the format's best (the usable window).
+    """
+    x = x.detach().flatten().double().cpu()
+    amax = x.abs().max().item()
+    if not amax > 0 or not math.isfinite(amax):
+        raise ValueError(f"amax_scale_table: x needs a finite, nonzero amax, got {amax}")
+    rows = []
+    for name, errs in sweep.groupby("format", sort=False):
+        f = formats.get_format(name)
+        xf = x if f.has_sign else x.abs()
+        s = f.max / amax
+        good = errs[errs.rel_l2 < within * errs.rel_l2.min()].log2_scale
+        rows.append({
+            "format": name,
+            "scale": s,
+            "log2_scale": math.log2(s),
+            "rel_l2 at amax scale": ((formats.quantize(xf * s, f) / s - xf).norm() / xf.norm()).item(),
+            f"window (binades within {within:g}x of best)": int(good.max() - good.min() + 1),
+        })
+    return pd.DataFrame(rows).set_index("format")
 
 
 def plot_value_grid(
