@@ -2,7 +2,7 @@
 # # 03 · Per-head scales, descale strides, GQA and the q_scale fallback
 #
 # FlashAttention-3 takes one float32 descale per (sequence, KV head) for each of Q, K
-# and V: a `(batch, heads_kv)` tensor. This notebook looks at that tensor from four sides.
+# and V: a `(batch, heads_kv)` tensor. This notebook looks at that tensor from five sides.
 #
 # **You will learn**
 # 1. when per-head scales beat one per-tensor scale, measured on attention itself;
@@ -94,14 +94,18 @@ ax.set_ylabel("relative L2 error of the worst head's output")
 ax.set_title("One per-tensor scale fails once small heads fall below e4m3's normal range")
 plt.show()
 record("head_spread_sweep", sweep.to_dict(orient="list"))
-sweep.pivot(index="spread (binades)", columns="scales", values=["worst head rel_l2", "rel_l2"])
+sweep.pivot(index="spread (binades)", columns="scales", values=["worst head rel_l2", "largest head rel_l2", "rel_l2"])
 
 # %% [markdown]
 # Per-head scales make the error independent of the spread: each head is rescaled to
 # its own range. One per-tensor scale holds up while the spread stays inside e4m3's
 # normal range (`log2(448 / 2^-6)` ≈ 15 binades, minus the width of each head's own
-# distribution), then the smallest heads sink into the subnormals and finally to zero.
-# The whole-output error hides it longer, because the large heads dominate its norm.
+# distribution); beyond it, the heads at both ends fail. The head with the smallest K and V
+# sees them sink into the subnormals and finally to zero (a relative error of 1: its output
+# is zero). The head with the largest K and V (`largest head`) has the *smallest* Q, since Q
+# was divided by the same factor: its scores sink, and its output drifts toward a plain
+# average of V that ignores Q. That head carries most of the output's norm, so the
+# whole-output error (`rel_l2`) follows it, not the worst head.
 #
 # The same thing seen on K alone, per head, at the largest spread:
 
@@ -128,8 +132,9 @@ per_head.pivot(index="head", columns="strategy", values=["sqnr", "head amax"])
 # ## 2. What `expand` does to strides, and why FA3 accepts it
 #
 # FA3's `flash_api.cpp` checks a descale's shape `(batch, heads_kv)` and passes its two strides to
-# the kernel, which reads `descale[b * stride(0) + h * stride(1)]`. Four tensors with the same
-# values, what that formula reads from each (`as_kernel_reads`: always the tensor's own values),
+# the kernel, which reads `descale[b * stride(0) + h * stride(1)]`. Four descales (a scalar, and
+# three layouts of the same per-head values), what that formula reads from each
+# (`as_kernel_reads`: always the tensor's own values),
 # and what a kernel that assumed contiguity, `descale[b * heads_kv + h]`, would read instead
 # (`as_contiguous_reads`):
 
@@ -210,8 +215,9 @@ gqa
 # fraction of a bit (printed above). A float format's SQNR does not depend on the scale until values
 # reach the subnormals, so what it costs here is only which values happen to round which way (and a
 # head's largest value no longer stored as 448 exactly); that luck averages out over more tokens.
-# Sharing costs in earnest only when the heads of one group lie far enough apart (about 15 binades,
-# e4m3's normal range) for the group's max scale to push its smallest head below the normal range.
+# Sharing costs in earnest only when the heads of one group lie far enough apart for the group's max
+# scale to push its smallest head below the normal range: section 1's spreads, somewhat under
+# e4m3's 15 binades.
 #
 # ## 4. Per-token scales, squeezed into `(batch, heads_kv)`
 #
@@ -232,6 +238,7 @@ ax.set_title("Reducing per-token scales to FA3's layout: the sink sets everyone'
 plt.show()
 record("token_reduction_sqnr_db", reduction["sqnr_db"])
 record("token_reduction_median_binades_lost", reduction["median_binades_lost"])
+print(f"the median token loses {reduction['median_binades_lost']:.2f} binades; log2(30) = {math.log2(30):.2f}")
 pd.Series(reduction["sqnr_db"], name="K SQNR (dB)").to_frame()
 
 # %% [markdown]
@@ -262,8 +269,9 @@ provenance
 # %% [markdown]
 # What the defect costs. The premise of the fallback is that a layer's Q and K have
 # similar ranges, so K's calibrated scale suits Q. Sweep that shared range over many
-# orders of magnitude (dividing the softmax scale by the same factor squared, so the
-# exact attention stays the same at every point and only what FP8 sees changes), and
+# orders of magnitude (Q and K each rescaled to it, and the softmax scale divided by the
+# product of their two factors, so the exact attention stays the same at every point and
+# only what FP8 sees changes), and
 # quantize Q with the ideal descale (amax/448), the k_scale fallback, and vLLM's 1.0. (Because Q
 # and K are rescaled to the same amax here, the fallback equals the ideal descale at every point:
 # the two lines coincide by construction. This sweep tests the premise holding; where Q's range
@@ -313,7 +321,8 @@ broken.pivot(index="q_over_k", columns="mode", values=["rel_l2", "q_saturated"])
 #
 # * Per-head descales are free in FA3 and make the error independent of how far apart
 #   head ranges are; a per-tensor descale breaks once the spread approaches e4m3's range.
-# * `expand()` gives stride 0: one float for the whole `(batch, heads_kv)` tensor. FA3
+# * `expand()` gives stride 0: one float for a whole `(batch, heads_kv)` tensor (one per KV head
+#   for per-head values). FA3
 #   reads `b * stride(0) + h * stride(1)`, so expanded, contiguous and transposed descales
 #   with the same values give bit-identical results.
 # * Under GQA, Q's descale is the max over the query heads of a group.
@@ -361,11 +370,11 @@ if answer_3 is None:
 
 # %%
 layout_1 = descale_layout_table({"K": descale_from_heads(torch.rand(4) + 0.01, 6, layout="transposed")}).loc["K"]
-solution_1 = (layout_1["strides"], layout_1["bytes of storage"])
+solution_1 = (tuple(layout_1["strides"]), int(layout_1["bytes of storage"]))
 assert (tuple(answer_1[0]), answer_1[1]) == solution_1, f"exercise 1: expected {solution_1}"
 q40 = torch.arange(1.0, 41.0)[None, None, :, None].expand(1, 2, 40, 4)  # amax h + 1 over query head h
 reads_2 = gqa_descale_reads(q40, 8).loc[23]
-solution_2 = (reads_2["reads KV head"], reads_2["shared Q descale (group max / 448)"])
+solution_2 = (int(reads_2["reads KV head"]), float(reads_2["shared Q descale (group max / 448)"]))
 assert answer_2[0] == solution_2[0] and abs(answer_2[1] - solution_2[1]) <= 1e-6 * solution_2[1], \
     f"exercise 2: expected {solution_2}"
 vllm3, intended3 = (resolve_checkpoint_scales({"q_scale": 0.011, "kv_scale": 0.02}, emulate=m, warn=False)

@@ -3,8 +3,8 @@
 #
 # vLLM can store the KV cache in FP8 (`--kv-cache-dtype fp8`). On Hopper its
 # FlashAttention backend then runs FA3's FP8 kernel: Q, K and V all in
-# `float8_e4m3fn`, with per-tensor scales passed as `(num_seqs, num_kv_heads)`
-# descales.
+# `float8_e4m3fn`, with per-tensor scales passed to the kernel as `(num_seqs, num_kv_heads)`
+# tensors of *descales* (section 3).
 #
 # **You will learn**
 # 1. what an FP8 cache buys in memory, computed for a real model shape;
@@ -18,7 +18,7 @@
 #    into, and what that changes: the bits, not the accuracy.
 #
 # Everything here runs on a CPU through `fp8lab.kvcache` and the FA3 emulation in `fp8lab.reference`;
-# section 7 captures a decode step on a GPU where there is one, and shows the H200's record where not;
+# section 7 captures a decode step on a GPU where there is one, and shows the H200's record either way;
 # section 8 checks the split-KV emulation against the H200's record of vLLM's library.
 
 # %% tags=["parameters"]
@@ -106,7 +106,8 @@ kvcache.value_ranges(Q=batch.q, K=batch.k, V=batch.v)
 # All of them are *descales*: the FP8 codes times the scale give the values back.
 #
 # e4m3 saturates at 448 and its smallest subnormal is 2⁻⁹: a scale that is
-# too small clips, one that is too large flushes small values to zero.
+# too small clips, one that is too large flushes small values to zero. The second table stores K and
+# V with each choice and reads them back; `rel L2` is this notebook's error measure, ‖x̂ − x‖ / ‖x‖.
 
 # %%
 choices = kvcache.scale_choices(batch.q, batch.k, batch.v)  # label -> (q_scale, k_scale, v_scale)
@@ -255,9 +256,9 @@ except ValueError as err:
 #   reads the lengths on the device (`VarlenDynamicPersistentTileScheduler`); it uses the bounds on
 #   the host, to pick the number of KV splits and size their buffers (section 8). vLLM, which calls
 #   decode with `seqused_k` and a block table rather than `cu_seqlens_k`, therefore computes FA3's
-#   scheduler metadata ahead of the step and caps the splits under CUDA graphs
-#   (`VLLM_FLASH_ATTN_MAX_NUM_SPLITS_FOR_CUDA_GRAPH`, 32 by default), so that each replay fits what
-#   was captured.
+#   scheduler metadata ahead of the step and caps the splits under CUDA graphs (32 by default:
+#   `VLLM_FLASH_ATTN_MAX_NUM_SPLITS_FOR_CUDA_GRAPH` in 2025, now the attention config's
+#   `flash_attn_max_num_splits_for_cuda_graph`), so that each replay fits what was captured.
 #
 # `fp8lab.attention` does the same. Under capture a varlen call needs both bounds, and it runs only
 # on providers that read the lengths on the device. Gating says which, here on a simulated Hopper
@@ -272,7 +273,7 @@ with pd.option_context("display.max_colwidth", 100):
 # %% [markdown]
 # On a GPU, the cell below captures this notebook's decode step (section 5's FP8 inputs, stride-0
 # descales, one query per sequence), replays it on a new query, and compares it with an eager call.
-# Without a GPU it shows what the H200 recorded (`results/h200/bench_v26_api_graph.*`, made by
+# On any machine it then shows what the H200 recorded (`results/h200/bench_v26_api_graph.*`, made by
 # `scripts/probe_api_graph.py`): each provider captured a varlen call with lengths 412 and 612 under
 # bounds of 612. The replay then ran with lengths 512 and 512 copied into `cu_seqlens` (the last
 # column), and its output had the eager call's bits.
@@ -300,10 +301,11 @@ recorded
 # %% [markdown]
 # ## 8. Split-KV decode: few sequences, keys cut into pieces
 #
-# FA3 runs one tile of work per (sequence, KV head), each on one SM. A decode step has one query
-# token per sequence, so a batch of a few sequences gives a few tiles, and most of an H200's 132 SMs
-# would sit idle. FA3 then *splits* each sequence's keys: the splits run as tiles of their own, each
-# over a run of key blocks, and a second kernel combines their partial outputs.
+# FA3 runs one tile of work per (sequence, KV head), each on one SM (streaming multiprocessor, the
+# GPU's unit of compute; an H200 has 132). A decode step has one query token per sequence, so a
+# batch of a few sequences gives a few tiles, and most of the SMs would sit idle. FA3 then *splits*
+# each sequence's keys: the splits run as tiles of their own, each over a run of key blocks, and a
+# second kernel combines their partial outputs.
 # `fp8lab.reference.fa3_decode_splits` gives the count each sequence gets in vLLM's eager call:
 # FA3's heuristic (`num_splits_heuristic`, which counts a varlen batch as one sequence) sets a cap,
 # and its scheduler gives each sequence `ceil(its key blocks / blocks_per_sm)` splits, with
@@ -336,10 +338,11 @@ split_counts.drop(columns="splits")
 # section 4's batch (checkpoint scales) and on a long sequence drawn the same way:
 
 # %%
-g_long = torch.Generator().manual_seed(seed + 2)  # its own generator: the rest of the notebook draws as before
+g_long = torch.Generator().manual_seed(seed + 2)  # its own generators: the rest of the notebook draws as before
 long_batch = kvcache.DecodeBatch.draw([long_context], heads_q=heads_q, heads_kv=heads_kv, head_dim=head_dim,
-                                      block_size=block_size, generator=g_long, q_std=3.0, k_outlier_channels=4,
-                                      k_outlier_scale=12.0, v_std=0.5)  # drawn as section 2's batch
+                                      block_size=block_size, generator=g_long,
+                                      page_generator=torch.Generator().manual_seed(seed + 4),  # as section 2's
+                                      q_std=3.0, k_outlier_channels=4, k_outlier_scale=12.0, v_std=0.5)
 long_qs, long_ks, long_vs = kvcache.scale_choices(long_batch.q, long_batch.k, long_batch.v)[kvcache.CHECKPOINT]
 split_effect = kvcache.split_effect_table({  # name -> (batch, its FP8 cache, q_scale)
     "this notebook's batch": (batch, caches[kvcache.CHECKPOINT][1], caches[kvcache.CHECKPOINT][0]),
@@ -459,7 +462,7 @@ if answer_4 is None:
 
 # %%
 assert set(answer_1) == saturating_1, f"exercise 1: expected {sorted(saturating_1)}"
-assert abs(answer_3 - misset_3["growth"]) < 1e-6 * misset_3["growth"], f"exercise 3: expected {misset_3['growth']:.2f}"
+assert abs(answer_3 / misset_3["growth"] - 1) < 0.02, f"exercise 3: expected {misset_3['growth']:.2f}"  # 2 digits do
 assert answer_4 == first_4, f"exercise 4: expected {first_4} (splits per sequence by batch size: {splits_4})"
 print(f"1: {sorted(answer_1)} saturate   3: the error grows {answer_3:.1f}x; {misset_3['saturated']:.0%} of Q's values "
       f"saturate   4: from {answer_4} sequences of 2000 tokens on, none is split "

@@ -682,7 +682,8 @@ def test_as_kernel_reads_follows_strides_where_a_contiguity_bug_would_not():
 
 
 def test_head_spread_sweep_breaks_one_per_tensor_scale_only():
-    from fp8lab import data
+    from fp8lab import data, metrics
+    from fp8lab.reference import attention_exact
     from fp8lab.scaling.experiments import head_spread_sweep
 
     q, k, v = data.make_qkv("normal", batch=1, seqlen_q=64, heads_q=4, heads_kv=2, head_dim=32, seed=1,
@@ -691,3 +692,15 @@ def test_head_spread_sweep_breaks_one_per_tensor_scale_only():
     assert sweep[0, "per tensor"] == pytest.approx(sweep[0, "per KV head"], rel=0.05)
     assert sweep[24, "per KV head"] == pytest.approx(sweep[0, "per KV head"], rel=0.05)  # scores unchanged
     assert sweep[24, "per tensor"] > 10 * sweep[24, "per KV head"]  # the small heads flush to zero
+    # the head with the largest K and V has the smallest Q: its scores flush, its output does not
+    table = head_spread_sweep(q, k, v, (0, 24)).set_index(["spread (binades)", "scales"])
+    largest = table["largest head rel_l2"]
+    assert largest[0, "per tensor"] <= table.loc[(0, "per tensor"), "worst head rel_l2"]
+    assert largest[24, "per KV head"] == pytest.approx(largest[0, "per KV head"], rel=0.05)
+    assert 10 * largest[24, "per KV head"] < largest[24, "per tensor"] < sweep[24, "per tensor"] == 1.0
+    f = data.head_factors(2, 12.0).double()  # against that head's attention with its Q zeroed, in float64
+    j = int(f.argmax())
+    qs, ks, vs = q / f.repeat_interleave(2)[None, None, :, None], k * f[None, None, :, None], v * f[None, None, :, None]
+    ref = attention_exact(qs, ks, vs, causal=True)[:, :, 2 * j:2 * j + 2]
+    no_q = attention_exact(torch.zeros_like(qs), ks, vs, causal=True)[:, :, 2 * j:2 * j + 2]
+    assert largest[24, "per tensor"] == pytest.approx(metrics.rel_l2(no_q, ref, per_head=True).max().item(), rel=0.05)

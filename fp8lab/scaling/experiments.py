@@ -246,7 +246,9 @@ def head_spread_sweep(
     query heads that read it divided by it: the scores and attention pattern are unchanged, so any
     change in the relative error comes from FP8 alone. Q, K and V are quantized for FA3
     (`quantize_for_fa3`) per tensor and per (sequence, kv head), and exact attention runs on the FP8
-    inputs. Columns: spread (binades), scales, rel_l2 (whole output), worst head rel_l2.
+    inputs. Columns: spread (binades), scales, rel_l2 (whole output), worst head rel_l2, and largest head
+    rel_l2 (the worst of the query heads that read the KV head with the largest factor: the largest K and V,
+    so the largest share of the output's norm, and the smallest Q).
     """
     from fp8lab.data import head_factors
     from fp8lab.reference import attention_exact
@@ -261,14 +263,17 @@ def head_spread_sweep(
     rows = []
     for s in spreads_log2:
         f = head_factors(heads_kv, s / 2).double()[None, None, :, None]
+        largest = torch.arange(heads_q) // (heads_q // heads_kv) == int(f.flatten().argmax())  # its query heads
         qs, ks, vs = q.double() / f.repeat_interleave(heads_q // heads_kv, dim=2), k.double() * f, v.double() * f
         ref = attention_exact(qs, ks, vs, causal=causal)
         for name, sq, skv in (("per tensor", ScaleStrategy(PerTensor()), ScaleStrategy(PerTensor())),
                               ("per KV head", ScaleStrategy(PerHead(heads_kv)), ScaleStrategy(PerHead()))):
             (q8, qd), (k8, kd), (v8, vd) = (quantize_for_fa3(t, st, heads_kv) for t, st in ((qs, sq), (ks, skv), (vs, skv)))
             out = attention_exact(q8, k8, v8, causal=causal, q_descale=qd, k_descale=kd, v_descale=vd)
+            per_head = metrics.rel_l2(out, ref, per_head=True)
             rows.append({"spread (binades)": s, "scales": name, "rel_l2": metrics.rel_l2(out, ref),
-                         "worst head rel_l2": float(metrics.rel_l2(out, ref, per_head=True).max())})
+                         "worst head rel_l2": float(per_head.max()),
+                         "largest head rel_l2": float(per_head[largest].max())})
     return pd.DataFrame(rows)
 
 
