@@ -54,6 +54,19 @@ def between_ms(fn: Callable[[], object], before: Callable[[], object]) -> tuple[
     return (med["pair"] - med["alone"]) / REPS, med["alone"] / REPS
 
 
+def time_modes(fn: Callable[[], object], befores: dict[str, Callable[[], object]], *, rep: int, tokens: int,
+               n: int, kernel: str, nbytes: int) -> list[dict]:
+    """Time `fn` back to back ("graph") and after each of `befores` (`between_ms`); one row per mode,
+    printed on one line (the v35 probes)."""
+    times = {"graph": bench.median_ms_graph(fn)}
+    for mode, before in befores.items():
+        times[mode], _ = between_ms(fn, before)
+    print(f"{rep} {2 * n >> 20:4d} MiB {kernel:<24} " + "  ".join(f"{m} {t * 1e3:6.1f} us" for m, t in times.items()),
+          flush=True)
+    return [dict(rep=rep, tokens=tokens, mib=2 * n >> 20, kernel=kernel, mode=mode, nbytes=nbytes, ms=ms,
+                 tbps=bench.tbps(nbytes, ms)) for mode, ms in times.items()]
+
+
 def main(out: str) -> None:
     gen = torch.Generator(device="cuda").manual_seed(34)
     flush_buf = torch.rand(256 << 18, device="cuda", generator=gen)  # 256 MiB of float32

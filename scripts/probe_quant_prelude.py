@@ -27,7 +27,7 @@ import torch
 
 import fp8lab.kernels.quantize as Q
 from fp8lab import bench, env
-from probe_quant_flush import REPLAYS, REPS, between_ms
+from probe_quant_flush import REPLAYS, REPS, time_modes
 
 
 def main(out: str) -> None:
@@ -49,18 +49,11 @@ def main(out: str) -> None:
                      "per-head current (auto)": (lambda a, b: Q.quantize_fp8(a, "head"), 3 * n),
                      "per-head delayed": (lambda a, b: Q.quantize_fp8_delayed(a, d_head), 3 * n)}
             for name, (call, nbytes) in cases.items():
-                fn = lambda call=call: call(x, dst)  # noqa: E731 - bound per case
-                times = {"graph": bench.median_ms_graph(fn)}
                 befores = {"after a tiny kernel": lambda: tiny.add_(1),
                            "after itself on other data": lambda call=call: call(x2, dst2),
                            "flushed": flush_buf.amax}
-                for mode, before in befores.items():
-                    times[mode], _ = between_ms(fn, before)
-                for mode, ms in times.items():
-                    rows.append(dict(rep=rep, tokens=tokens, mib=2 * n >> 20, kernel=name, mode=mode,
-                                     nbytes=nbytes, ms=ms, tbps=bench.tbps(nbytes, ms)))
-                print(f"{rep} {2 * n >> 20:4d} MiB {name:<24} "
-                      + "  ".join(f"{m} {t * 1e3:6.1f} us" for m, t in times.items()), flush=True)
+                rows += time_modes(lambda call=call: call(x, dst), befores, rep=rep, tokens=tokens, n=n,
+                                   kernel=name, nbytes=nbytes)
     bench.write_results(out, rows, env.context(dtype="bfloat16"), reps=REPS, replays=REPLAYS, flush_mib=256)
 
 

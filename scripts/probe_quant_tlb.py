@@ -28,7 +28,7 @@ import torch
 
 import fp8lab.kernels.quantize as Q
 from fp8lab import bench, env
-from probe_quant_flush import REPLAYS, REPS, between_ms
+from probe_quant_flush import REPLAYS, REPS, time_modes
 
 THRASH_GIB = 32
 
@@ -54,14 +54,7 @@ def main(out: str) -> None:
                      "per-head current (auto)": (lambda: Q.quantize_fp8(x, "head"), 3 * n),
                      "per-head delayed": (lambda: Q.quantize_fp8_delayed(x, d_head), 3 * n)}
             for name, (fn, nbytes) in cases.items():
-                times = {"graph": bench.median_ms_graph(fn)}
-                for mode, before in befores.items():
-                    times[mode], _ = between_ms(fn, before)
-                for mode, ms in times.items():
-                    rows.append(dict(rep=rep, tokens=tokens, mib=2 * n >> 20, kernel=name, mode=mode,
-                                     nbytes=nbytes, ms=ms, tbps=bench.tbps(nbytes, ms)))
-                print(f"{rep} {2 * n >> 20:4d} MiB {name:<24} "
-                      + "  ".join(f"{m} {t * 1e3:6.1f} us" for m, t in times.items()), flush=True)
+                rows += time_modes(fn, befores, rep=rep, tokens=tokens, n=n, kernel=name, nbytes=nbytes)
     bench.write_results(out, rows, env.context(dtype="bfloat16"), reps=REPS, replays=REPLAYS,
                         flush_mib=256, thrash_gib=THRASH_GIB)
 
