@@ -54,6 +54,8 @@ __all__ = [
     "provider_table",
     "quant_default_rows",
     "quant_floor_table",
+    "quant_before",
+    "quant_before_long",
     "quant_flush",
     "ratio_summary",
     "record_context",
@@ -500,6 +502,50 @@ def quant_flush(path: str | Path) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFr
     copy = (long.groupby(["timing", "mib"])["copy_tbps"].median().unstack("mib")
             .loc[list(FLUSH_TIMINGS.values())])
     return long.drop(columns="copy_tbps"), lowest, copy
+
+
+def quant_before_long(paths: Iterable[str | Path]) -> pd.DataFrame:
+    """v35's records (`bench_v35_quant_tlb.json`, `bench_v35_quant_prelude.json`: each quantization
+    kernel timed back to back and after a step before every call) in long form: one row per (record,
+    round, MiB, kernel, step) with `us` (the median microseconds) and `added_us` (over the back-to-back
+    time of the same round of the same record; 0 for "back to back" itself). A step timed in more than
+    one record (the flush) is kept from the first only."""
+    parts, seen = [], set()
+    for i, path in enumerate(paths):
+        rows = pd.DataFrame(load_results(path)["rows"])
+        need = {"rep", "mib", "kernel", "mode", "ms"}
+        if not need <= set(rows.columns) or "graph" not in set(rows["mode"]):
+            raise ValueError(f"{path}: expected the rows of a v35 probe (columns {sorted(need)}, mode 'graph' among "
+                             f"them), got columns {sorted(rows.columns)}")
+        rows = rows.assign(record=i, us=rows["ms"] * 1e3, mib=rows["mib"].astype(int))
+        back = rows[rows["mode"] == "graph"].set_index(["rep", "mib", "kernel"])["us"]
+        rows = rows.assign(added_us=rows["us"].to_numpy() - back.loc[list(zip(rows["rep"], rows["mib"], rows["kernel"]))]
+                           .to_numpy(), mode=rows["mode"].replace({"graph": "back to back"}))
+        keep = rows["mode"].eq("back to back") if i else rows["mode"].notna()
+        keep |= ~rows["mode"].isin(seen)
+        parts.append(rows[keep][["record", "rep", "mib", "kernel", "mode", "us", "added_us"]])
+        seen |= set(rows["mode"])
+    if not parts:
+        raise ValueError("paths: expected one or more v35 records, got none")
+    return pd.concat(parts, ignore_index=True)
+
+
+def quant_before(paths: Iterable[str | Path]) -> pd.DataFrame:
+    """`quant_before_long` as a table: rows (MiB, kernel) in the record's order; "back to back, us"
+    (the first record's, lowest-highest over its rounds) and, per step, the microseconds it adds
+    (lowest to highest over the rounds)."""
+    long = quant_before_long(paths)
+
+    def span(x: pd.Series, fmt: str, sep: str) -> str:
+        lo, hi = fmt.format(x.min()), fmt.format(x.max())
+        return lo if lo == hi else f"{lo}{sep}{hi}"
+
+    first = long[(long["record"] == 0) & (long["mode"] == "back to back")]
+    out = first.groupby(["mib", "kernel"], sort=False)["us"].agg(span, fmt="{:.1f}", sep="-").to_frame("back to back, us")
+    for mode in [m for m in dict.fromkeys(long["mode"]) if m != "back to back"]:
+        steps = long[long["mode"] == mode]
+        out[mode] = steps.groupby(["mib", "kernel"], sort=False)["added_us"].agg(span, fmt="{:+.1f}", sep=" to ")
+    return out
 
 
 # ---------------------------------------------------------------------------

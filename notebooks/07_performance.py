@@ -619,9 +619,31 @@ flush_low.round(3)
 # corrections: delayed scaling falls below the line at 32 MiB and is at it at 64 MiB, and current
 # per-head scaling of one long sequence, the row that misses, misses by more (compare the two 128
 # MiB columns: after a flush the on-chip kernel loses about twice the microseconds the copy loses).
-# Why is open: kernel-notes v35 rules out x's address translations and whatever kernel ran before;
-# an untested reading is that the flush makes each call wait for the previous call's output to be
-# written back, which back to back overlaps a kernel that leaves the DRAM time to spare.
+#
+# Why? v35 (`records.quant_before`) timed each kernel back to back and after a step run before
+# every call, in the same rounds, and subtracted: the table gives the microseconds each step adds
+# (lowest to highest over 3 rounds). "x touched" reads one element of every 64 KiB of x after the
+# flush, bringing back x's address translations; "translations evicted" reads one byte of every
+# 2 MiB of 32 GiB instead of flushing.
+
+# %%
+v35_paths = [rdir / "run31" / "call1" / "bench_v35_quant_tlb.json", rdir / "run31" / "call4" / "bench_v35_quant_prelude.json"]
+before_long = records.quant_before_long(v35_paths)
+steps128 = before_long[(before_long["mib"] == 128) & (before_long["mode"] != "back to back")]
+at128 = steps128.groupby(["mode", "kernel"], sort=False)["added_us"].agg(["min", "max"])
+record("v35_added_us_128", {f"{mode} / {kernel}": [round(float(lo), 1), round(float(hi), 1)]
+                            for (mode, kernel), (lo, hi) in at128.iterrows()})
+records.quant_before(v35_paths)
+
+# %% [markdown]
+# Restoring x's translations buys nothing, and following another kernel (a tiny one, or the same
+# kernel on other data) costs nothing: the loss is not the launch, the code or x's absence from the
+# L2. Evicting translations costs every kernel about 25 us, so the flush does not evict them. Only
+# the flush and the eviction cost the on-chip kernel more than the copy. A reading that fits, not
+# tested: the flush writes the previous call's output back inside itself, line after line, while
+# back to back that write-back overlaps the next call, which the on-chip kernel, at about 0.8 of
+# the copy's rate, can absorb. Either way it stays below 0.85.
+#
 # How the kernel got there (the division, its registers, the launch) is in kernel-notes v25, v26
 # and v34. The price of delayed scaling is notebook 02's lesson: the scale is one step late, so a
 # range that jumps saturates for a step. Current scaling pays in bandwidth instead.

@@ -230,6 +230,11 @@ def test_performance_record(executed_notebooks):
     assert flushed["L2 flushed 32"]["per-head delayed"] < 0.85 < flushed["L2 flushed 128"]["per-head delayed"]
     assert flushed["L2 flushed 128"]["per-head current (auto)"] < flushed["back to back 128"]["per-head current (auto)"]
     assert f["v34_copy_tbps"]["L2 flushed 128"] < f["v34_copy_tbps"]["back to back 128"]
+    added = f["v35_added_us_128"]  # (e.4) v35: only the flush and evicted translations cost the on-chip kernel more
+    head, copy = "per-head current (auto)", "copy bf16"
+    assert added[f"flushed / {head}"][0] > added[f"flushed / {copy}"][1] + 4
+    assert added[f"flushed, x touched / {head}"][0] >= added[f"flushed / {head}"][0]  # x's translations buy nothing
+    assert all(abs(v) < 1.5 for k, v in ((k, x) for k, lohi in added.items() for x in lohi) if k.startswith("after"))
     targets = f["quant_targets"]  # (e)'s targets table at 128 MiB, as its prose and the summary read it
     for kind in ("static (vLLM's Q)", "per token", "delayed, per head", "delayed, per tensor"):
         assert targets[kind]["verdict"] == targets[kind]["verdict of 4.3 TB/s"] == "met", kind

@@ -342,6 +342,38 @@ def test_quant_flush_divides_by_the_copy_timed_the_same_way(tmp_path):
         records.quant_flush(tmp_path / "other.json")
 
 
+def test_quant_before_subtracts_the_same_rounds_back_to_back_time(tmp_path):
+    rng = random.Random()
+    kernels = ("copy bf16", "per-head current (auto)")
+
+    def probe(name, modes):
+        rows = [dict(rep=rep, mib=mib, kernel=k, mode=m, ms=rng.uniform(0.02, 0.08))
+                for rep in range(3) for mib in (64.0, 128.0) for k in kernels for m in ("graph", *modes)]
+        bench.write_results(tmp_path / name, rows, {"gpu": "test"})
+        return rows
+
+    first, second = probe("a.json", ("flushed", "x touched")), probe("b.json", ("tiny", "flushed"))
+    long = records.quant_before_long([tmp_path / "a.json", tmp_path / "b.json"])
+    assert list(dict.fromkeys(long["mode"])) == ["back to back", "flushed", "x touched", "tiny"]  # b's flush dropped
+    for rows, record, mode in ((first, 0, "x touched"), (second, 1, "tiny")):
+        for rep in range(3):
+            at = {(r["kernel"], r["mode"]): r["ms"] * 1e3 for r in rows if r["rep"] == rep and r["mib"] == 128.0}
+            got = long[(long["record"] == record) & (long["rep"] == rep) & (long["mib"] == 128)
+                       & (long["kernel"] == kernels[1]) & (long["mode"] == mode)]["added_us"]
+            assert got.item() == pytest.approx(at[kernels[1], mode] - at[kernels[1], "graph"])  # its own round
+    table = records.quant_before([tmp_path / "a.json", tmp_path / "b.json"])
+    assert list(table.columns) == ["back to back, us", "flushed", "x touched", "tiny"]
+    assert list(table.index) == [(m, k) for m in (64, 128) for k in kernels]
+    added = long[(long["mode"] == "tiny") & (long["mib"] == 64) & (long["kernel"] == kernels[0])]["added_us"]
+    lo, hi = f"{added.min():+.1f}", f"{added.max():+.1f}"
+    assert table.loc[(64, kernels[0]), "tiny"] == (lo if lo == hi else f"{lo} to {hi}")
+    bench.write_results(tmp_path / "other.json", [dict(mib=4, kernel="x", tbps_graph=1.0)], {"gpu": "test"})
+    with pytest.raises(ValueError, match="rows of a v35 probe"):
+        records.quant_before([tmp_path / "other.json"])
+    with pytest.raises(ValueError, match="one or more v35 records"):
+        records.quant_before([])
+
+
 def test_reverse_table_gains(tmp_path):
     rng = random.Random()
     rows = [dict(size=s, kernel=f"{g} {way}", rep=rep, frac_copy_graph=rng.uniform(0.5, 0.62), same_bits=True)
@@ -465,6 +497,13 @@ def test_h200_roofline_vllm_and_quantization(h200):
     assert 0.70 < head["L2 flushed", 128] < head["back to back", 128] - 0.03  # the flush costs current per head
     assert delayed["L2 flushed", 32] < 0.85 < delayed["L2 flushed", 128]  # delayed meets the line from 128 MiB only
     assert copy.loc["L2 flushed", 128] < copy.loc["back to back", 128] < 4.3 < copy.loc["back to back", 16]
+    v35 = records.quant_before_long([rdir / "run31" / "call1" / "bench_v35_quant_tlb.json",
+                                     rdir / "run31" / "call4" / "bench_v35_quant_prelude.json"])
+    at128 = v35[v35["mib"] == 128].groupby(["mode", "kernel"])["added_us"].agg(["min", "max"])
+    assert at128.loc[("flushed", "per-head current (auto)"), "min"] > at128.loc[("flushed", "copy bf16"), "max"] + 4
+    assert at128.loc[("flushed, x touched", "per-head current (auto)"), "min"] > 9  # x's translations buy nothing
+    assert (at128.loc["translations evicted", "min"] > 20).all()  # every kernel pays for those
+    assert (at128.loc[["after a tiny kernel", "after itself on other data"]].abs() < 1.5).all().all()
     rev, same = records.reverse_table(rdir)
     assert same and (rev[["tensor backward / forward", "head backward / forward"]] > 1).all().all()
     graph = records.quant_default_rows(bench.records_frame(rdir, "quant"))
