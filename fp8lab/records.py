@@ -55,6 +55,7 @@ __all__ = [
     "quant_default_rows",
     "quant_floor_table",
     "quant_before",
+    "quant_before_added",
     "quant_before_long",
     "quant_flush",
     "ratio_summary",
@@ -521,8 +522,7 @@ def quant_before_long(paths: Iterable[str | Path]) -> pd.DataFrame:
         back = rows[rows["mode"] == "graph"].set_index(["rep", "mib", "kernel"])["us"]
         rows = rows.assign(added_us=rows["us"].to_numpy() - back.loc[list(zip(rows["rep"], rows["mib"], rows["kernel"]))]
                            .to_numpy(), mode=rows["mode"].replace({"graph": "back to back"}))
-        keep = rows["mode"].eq("back to back") if i else rows["mode"].notna()
-        keep |= ~rows["mode"].isin(seen)
+        keep = rows["mode"].eq("back to back") | ~rows["mode"].isin(seen)
         parts.append(rows[keep][["record", "rep", "mib", "kernel", "mode", "us", "added_us"]])
         seen |= set(rows["mode"])
     if not parts:
@@ -530,21 +530,30 @@ def quant_before_long(paths: Iterable[str | Path]) -> pd.DataFrame:
     return pd.concat(parts, ignore_index=True)
 
 
+def quant_before_added(long: pd.DataFrame) -> pd.DataFrame:
+    """The lowest and highest `added_us` over the rounds of `quant_before_long`'s rows, per (step,
+    MiB, kernel) in the record's order, "back to back" left out: columns "min", "max"."""
+    steps = long[long["mode"] != "back to back"]
+    return steps.groupby(["mode", "mib", "kernel"], sort=False)["added_us"].agg(["min", "max"])
+
+
 def quant_before(paths: Iterable[str | Path]) -> pd.DataFrame:
     """`quant_before_long` as a table: rows (MiB, kernel) in the record's order; "back to back, us"
     (the first record's, lowest-highest over its rounds) and, per step, the microseconds it adds
-    (lowest to highest over the rounds)."""
+    (lowest to highest over the rounds, `quant_before_added`)."""
     long = quant_before_long(paths)
 
-    def span(x: pd.Series, fmt: str, sep: str) -> str:
-        lo, hi = fmt.format(x.min()), fmt.format(x.max())
-        return lo if lo == hi else f"{lo}{sep}{hi}"
+    def span(lo: float, hi: float, fmt: str, sep: str) -> str:
+        lo_s, hi_s = fmt.format(lo), fmt.format(hi)
+        return lo_s if lo_s == hi_s else f"{lo_s}{sep}{hi_s}"
 
     first = long[(long["record"] == 0) & (long["mode"] == "back to back")]
-    out = first.groupby(["mib", "kernel"], sort=False)["us"].agg(span, fmt="{:.1f}", sep="-").to_frame("back to back, us")
-    for mode in [m for m in dict.fromkeys(long["mode"]) if m != "back to back"]:
-        steps = long[long["mode"] == mode]
-        out[mode] = steps.groupby(["mib", "kernel"], sort=False)["added_us"].agg(span, fmt="{:+.1f}", sep=" to ")
+    back = first.groupby(["mib", "kernel"], sort=False)["us"].agg(["min", "max"])
+    out = pd.DataFrame({"back to back, us": [span(lo, hi, "{:.1f}", "-") for lo, hi in back.to_numpy()]},
+                       index=back.index)
+    added = quant_before_added(long)
+    for mode in dict.fromkeys(added.index.get_level_values("mode")):
+        out[mode] = pd.Series({key: span(lo, hi, "{:+.1f}", " to ") for key, (lo, hi) in added.loc[mode].iterrows()})
     return out
 
 

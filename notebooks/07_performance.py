@@ -629,10 +629,9 @@ flush_low.round(3)
 # %%
 v35_paths = [rdir / "run31" / "call1" / "bench_v35_quant_tlb.json", rdir / "run31" / "call4" / "bench_v35_quant_prelude.json"]
 before_long = records.quant_before_long(v35_paths)
-steps128 = before_long[(before_long["mib"] == 128) & (before_long["mode"] != "back to back")]
-at128 = steps128.groupby(["mode", "kernel"], sort=False)["added_us"].agg(["min", "max"])
+added = records.quant_before_added(before_long).xs(128, level="mib")
 record("v35_added_us_128", {f"{mode} / {kernel}": [round(float(lo), 1), round(float(hi), 1)]
-                            for (mode, kernel), (lo, hi) in at128.iterrows()})
+                            for (mode, kernel), (lo, hi) in added.iterrows()})
 records.quant_before(v35_paths)
 
 # %% [markdown]

@@ -499,7 +499,7 @@ def test_h200_roofline_vllm_and_quantization(h200):
     assert copy.loc["L2 flushed", 128] < copy.loc["back to back", 128] < 4.3 < copy.loc["back to back", 16]
     v35 = records.quant_before_long([rdir / "run31" / "call1" / "bench_v35_quant_tlb.json",
                                      rdir / "run31" / "call4" / "bench_v35_quant_prelude.json"])
-    at128 = v35[v35["mib"] == 128].groupby(["mode", "kernel"])["added_us"].agg(["min", "max"])
+    at128 = records.quant_before_added(v35).xs(128, level="mib")
     assert at128.loc[("flushed", "per-head current (auto)"), "min"] > at128.loc[("flushed", "copy bf16"), "max"] + 4
     assert at128.loc[("flushed, x touched", "per-head current (auto)"), "min"] > 9  # x's translations buy nothing
     assert (at128.loc["translations evicted", "min"] > 20).all()  # every kernel pays for those

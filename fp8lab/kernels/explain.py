@@ -25,6 +25,7 @@ from fp8lab.kernels.fp8_rounding import round_to_bf16, round_to_e4m3
 from fp8lab.kernels.quantize import quantize_delayed
 from fp8lab.metrics import rel_l2, ulps_apart
 from fp8lab.reference.exact import attention_exact, dequantize
+from fp8lab.records import version_key
 from fp8lab.reference.fa3 import FA3Steps, attention_fa3_fp8
 from fp8lab.scaling import ScaleStrategy, quantize
 
@@ -621,8 +622,6 @@ def v_layout_costs(results_dir: str | Path, version: str = "v2") -> pd.DataFrame
     natural V, with pre-transposed V, and the one-off cost of pre-transposing V."""
     sweep = records_frame(results_dir, "sweep")
     if version not in set(sweep["version"]):
-        from fp8lab.records import version_key
-
         raise ValueError(f"version: expected one of {sorted(set(sweep['version']), key=version_key)} "
                          f"(a bench_<version>_sweep.json), got {version!r}")
     sweep = sweep[(sweep["version"] == version) & (sweep["head_dim"] == 128)]

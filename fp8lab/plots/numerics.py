@@ -16,7 +16,7 @@ import pandas as pd
 import seaborn as sns
 import torch
 
-from fp8lab import formats
+from fp8lab import formats, metrics
 from fp8lab.formats import FP8Format
 
 __all__ = [
@@ -228,7 +228,7 @@ def amax_scale_table(x: torch.Tensor, sweep: pd.DataFrame, within: float = 2.0) 
             "format": name,
             "scale": s,
             "log2_scale": math.log2(s),
-            "rel_l2 at amax scale": ((formats.quantize(xf * s, f) / s - xf).norm() / xf.norm()).item(),
+            "rel_l2 at amax scale": metrics.rel_l2(formats.quantize(xf * s, f) / s, xf),
             f"window (binades within {within:g}x of best)": int(good.max() - good.min() + 1),
         })
     return pd.DataFrame(rows).set_index("format")
