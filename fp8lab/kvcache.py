@@ -122,10 +122,19 @@ def cache_fp8_quant(x: torch.Tensor, scale: float | torch.Tensor) -> torch.Tenso
     return _static_fp8(x, scale, "cache_fp8_quant", lambda xf, s: xf / s)
 
 
+def _check_unquantized(name: str, x: torch.Tensor) -> None:
+    """TypeError unless `x` is a float tensor wider than FP8: an FP8 tensor would be quantized twice."""
+    if not isinstance(x, torch.Tensor) or not x.is_floating_point() or x.element_size() == 1:
+        got = str(x.dtype).replace("torch.", "") if isinstance(x, torch.Tensor) else type(x).__name__
+        fp8 = " (already FP8: quantizing it again would divide its values by the scale once more)" \
+            if isinstance(x, torch.Tensor) and x.is_floating_point() else ""
+        raise TypeError(f"{name}: expected a floating tensor (float16, bfloat16, float32 or float64) to quantize, "
+                        f"got {got}{fp8}")
+
+
 def _static_fp8(x: torch.Tensor, scale: float | torch.Tensor, name: str, apply) -> torch.Tensor:
     """e4m3fn of `apply(x in float32, scale)`, saturated: the two ways vLLM applies a static scale."""
-    if not x.is_floating_point():
-        raise TypeError(f"{name}: expected a floating tensor, got {x.dtype}")
+    _check_unquantized(name, x)
     s = _check_scale("scale", scale).to(x.device)
     return cast_to_fp8(apply(x.float(), s), "e4m3fn", overflow="saturate")
 
@@ -251,6 +260,8 @@ class PagedKVCache:
             raise ValueError(
                 f"slot_mapping: expected int64 of shape ({key.shape[0]},), got {slot_mapping.dtype} {tuple(slot_mapping.shape)}"
             )
+        for name, t in (("key", key), ("value", value)):
+            _check_unquantized(name, t)
         keep = slot_mapping >= 0
         slots = slot_mapping[keep]
         if slots.numel() and int(slots.max()) >= num_blocks * block_size:
@@ -299,7 +310,7 @@ class PagedKVCache:
 
     def descales(self, num_seqs: int) -> tuple[torch.Tensor, torch.Tensor]:
         """k/v descales in FA3's layout, as vLLM passes them: `scale.expand(num_seqs, heads_kv)` (stride 0)."""
-        heads_kv = self.key_cache.shape[2]
+        num_seqs, heads_kv = check_count("num_seqs", num_seqs), self.key_cache.shape[2]
         return self.k_scale.expand(num_seqs, heads_kv), self.v_scale.expand(num_seqs, heads_kv)
 
 
@@ -322,7 +333,8 @@ def paged_decode(
 ) -> torch.Tensor:
     """One decode step (one new query token per sequence) over a paged cache.
 
-    q: (num_seqs, heads_q, head_dim) float. `math` picks how the FP8 cache is used:
+    q: (num_seqs, heads_q, head_dim) float, not yet quantized (an FP8 q: TypeError). `math` picks how
+    the FP8 cache is used:
       "fa3_fp8"     FA3's FP8 path as vLLM's FA3 library runs a decode step on an H200: Q
                     quantized with the static `q_scale`, all three descales `expand()`ed, the
                     FA3 emulation (`fp8lab.reference.attention_fa3_fp8`) with the library's decode
@@ -341,6 +353,7 @@ def paged_decode(
         raise ValueError(f"math: expected one of {DECODE_MATH}, got {math!r}")
     if not len(seq_lens):
         raise ValueError("seq_lens: expected at least one sequence, got 0")
+    _check_unquantized("q", q)
     if q.dim() != 3 or q.shape[0] != len(seq_lens):
         raise ValueError(f"q: expected (num_seqs={len(seq_lens)}, heads_q, head_dim), got {tuple(q.shape)}")
     k, v, cu_k = cache.gather(block_table, seq_lens)

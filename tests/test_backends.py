@@ -98,6 +98,19 @@ def test_reference_backend_lse_layouts():
     assert torch.allclose(lse_b[0], lse[:, :113]) and torch.allclose(out_b[0], out[:113])
 
 
+@pytest.mark.parametrize("varlen", [False, True])
+def test_reference_out_is_contiguous_as_other_providers(varlen):
+    """The emulation computes a head-major out; attention returns it contiguous, as SDPA, FA3 and the
+    Triton kernel do, so out.view(..., heads * head_dim) works whichever provider ran."""
+    lens = [9, 23]
+    (q, k, v), (qd, kd, vd) = fp8_inputs(2, 23, 23, 4, 2, 32, varlen_lengths=lens if varlen else None)
+    kw = dict(cu_seqlens_q=cu(lens), cu_seqlens_k=cu(lens)) if varlen else {}
+    out = attention(q, k, v, q_descale=qd, k_descale=kd, v_descale=vd, causal=True, backend="reference", **kw)
+    want = reference.attention_fa3_fp8(q, k, v, qd, kd, vd, causal=True, **kw)
+    assert out.is_contiguous() and torch.equal(out, want)
+    assert out.view(*out.shape[:-2], -1).shape[-1] == 4 * 32
+
+
 def test_auto_with_lse_on_cpu_falls_to_the_reference():
     q = randn(1, 16, 2, 64, dtype=torch.bfloat16)
     assert api.choose_backend(q, q, q, return_lse=True).label() == "reference:reference"

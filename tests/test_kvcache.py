@@ -191,6 +191,32 @@ def test_paged_decode_matches_the_references_on_contiguous_data():
     assert torch.equal(got, attention_fa3_fp8(*fp8_args, block_n=8, num_splits=[1, 3], **args))
 
 
+def test_fp8_input_is_refused_not_quantized_twice():
+    """Q, K or V already in FP8 would be divided by the scale a second time (a wrong answer, no error):
+    each entry that quantizes says it takes the float tensor."""
+    g = torch.Generator().manual_seed(int(torch.randint(1 << 30, ())))
+    lens, heads_kv, d = [3, 6], 2, 16
+    cache = PagedKVCache.allocate(4, 4, heads_kv, d, k_scale=0.02, v_scale=0.03)
+    table, slots = _random_pages(g, 4, lens, 4)
+    k, v = torch.randn(sum(lens), heads_kv, d, generator=g), torch.randn(sum(lens), heads_kv, d, generator=g)
+    q = torch.randn(len(lens), 4, d, generator=g)
+    q8 = scaled_fp8_quant(q, 0.01)
+    for call, name in ((lambda: scaled_fp8_quant(q8, 0.01), "scaled_fp8_quant"),
+                       (lambda: cache_fp8_quant(cache_fp8_quant(k, 0.02), 0.02), "cache_fp8_quant"),
+                       (lambda: cache.write(cache_fp8_quant(k, 0.02), v, slots), "key"),
+                       (lambda: cache.write(k, cache_fp8_quant(v, 0.03), slots), "value"),
+                       (lambda: paged_decode(q8, cache, table, lens, q_scale=0.01), "q"),
+                       (lambda: paged_decode(q8, cache, table, lens, math="dequantized"), "q")):
+        with pytest.raises(TypeError, match=rf"{name}: expected a floating tensor .* got float8_e4m3fn \(already FP8"):
+            call()
+    assert not cache.key_cache.view(torch.uint8).any()  # the refused writes left the cache as it was
+    cache.write(k, v, slots)
+    assert paged_decode(q, cache, table, lens, q_scale=0.01).shape == (2, 4, d)
+    for bad in (-1, 2.5, True):
+        with pytest.raises(ValueError, match=r"num_seqs: expected an int >= 0"):
+            cache.descales(bad)
+
+
 def test_paged_decode_bad_input():
     cache = PagedKVCache.allocate(2, 4, 1, 8, k_scale=0.5, v_scale=0.5)
     table, q = torch.tensor([[0]]), torch.randn(1, 2, 8)

@@ -239,6 +239,19 @@ def test_per_channel_cannot_go_to_fa3():
         quantize_for_fa3(randn(1, 8, 2, 16), ScaleStrategy(PerChannel()), 2)
 
 
+@pytest.mark.parametrize("g", [PerTensor(), PerToken(), PerBlock(8)], ids=repr)
+def test_fa3_descale_dequantized_with_its_strategy_says_to_use_per_head(g):
+    """quantize_for_fa3 returns a (batch, heads_kv) descale for every strategy; dequantizing it with the
+    strategy (the natural round trip) names the granularity that reads it."""
+    x = randn(2, 16, 4, 32, seed=int(torch.randint(1 << 30, ())))
+    x8, d = quantize_for_fa3(x, ScaleStrategy(g), heads_kv=2)
+    with pytest.raises(ValueError, match=r"x_fp8 descale: shape \(2, 2\) is FA3's \(batch, heads_kv\) layout, which "
+                                         rf"{type(g).__name__} does not read; dequantize it with PerHead\(2\)"):
+        dequantize(x8, d, ScaleStrategy(g))
+    back = dequantize(x8, d, PerHead(2), dtype=torch.float64)
+    assert ((back - x).norm() / x.norm()).item() < 2.0 ** -4
+
+
 def test_per_head_groups_that_straddle_kv_heads_say_what_fa3_needs():
     """PerHead(1) gives one scale per sequence, and FA3 wants one per KV head from scales within one group."""
     x = randn(2, 13, 4, 16, seed=22)

@@ -547,7 +547,8 @@ class Reference(Provider):
             max_seqlen_q=call.max_seqlen_q, max_seqlen_k=call.max_seqlen_k, return_lse=True,
         )
         out, lse = res
-        return out.to(call.out_dtype), lse.to(torch.float32)
+        # the emulation's out is a head-major view; contiguous as every other provider's (out.view(b, s, -1) works)
+        return out.to(call.out_dtype).contiguous(), lse.to(torch.float32)
 
 
 _ADAPTERS: dict[str, Provider] = {

@@ -169,6 +169,7 @@ def quantize_for_fa3(
     in the reduced cases `x` is quantized again with the reduced descale. Per channel cannot be
     expressed as a (batch, heads_kv) descale: ValueError.
     `batch` defaults to x's batch (1 for a varlen 3-D tensor, which FA3 would index per sequence).
+    For every strategy `dequantize(x_fp8, descale, PerHead(heads_kv))` gives x back up to rounding.
     """
     x4 = as_4d(x, name)
     batch = x4.shape[0] if batch is None else check_count("batch", batch, 0)

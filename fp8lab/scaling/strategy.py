@@ -29,7 +29,7 @@ from typing import Literal
 import torch
 
 from fp8lab import formats
-from fp8lab.scaling.granularity import Granularity, PerTensor, as_4d, fold_batch
+from fp8lab.scaling.granularity import Granularity, PerHead, PerTensor, as_4d, fold_batch
 
 __all__ = [
     "CurrentAmax",
@@ -335,6 +335,12 @@ def dequantize(
         hint = f"; FP8 bits in {x4.dtype} are read as FP8 by x.view(torch.float8_e4m3fn)" if x4.element_size() == 1 else ""
         raise TypeError(f"{name}: expected an FP8 tensor (float8_e4m3fn or another float8 dtype), "
                         f"got {str(x4.dtype).replace('torch.', '')}{hint}")
+    if (isinstance(descale, torch.Tensor) and descale.dim() == 2 and not isinstance(granularity, PerHead)
+            and descale.shape[0] in (1, x4.shape[0]) and descale.shape[1] and x4.shape[2] % descale.shape[1] == 0):
+        # a (batch, heads_kv) descale is FA3's (quantize_for_fa3's for every granularity): only PerHead reads it
+        raise ValueError(f"{name} descale: shape {tuple(descale.shape)} is FA3's (batch, heads_kv) layout, which "
+                         f"{type(granularity).__name__} does not read; dequantize it with "
+                         f"PerHead({descale.shape[1]}) (quantize_for_fa3 returns this layout for every strategy)")
     d = granularity.expand(descale, tuple(x4.shape), f"{name} descale")
     return (x4.double() * d).reshape(x_fp8.shape).to(dtype)
 
