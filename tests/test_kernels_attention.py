@@ -200,15 +200,26 @@ def test_permuted_keys_give_the_same_result(causal):
 
 
 def test_descale_strides_are_bitwise_identical():
-    """A stride-0 expand, a contiguous copy and a column-major copy of one descale table."""
+    """Descales with distinct values per (batch, kv head) in a column-major copy, a per-head row
+    expanded over the batch (strides (0, 1)) and one scalar expanded (strides (0, 0)): the same bits
+    as the same values contiguous, and the emulation's bits (one value everywhere would hide a misread)."""
     gen = torch.Generator().manual_seed(12)
     q, k, v = fp8(gen, 3, 20, 4, 32), fp8(gen, 3, 20, 2, 32), fp8(gen, 3, 20, 2, 32)
-    qd0 = torch.tensor([[0.37]], device=DEV).expand(3, 2)
-    kd, vd = descales(gen, 3, 2)[:2]
-    outs = [fp8_attention(q, k, v, d, kd, vd) for d in (qd0, qd0.contiguous(), qd0.t().contiguous().t())]
-    assert outs[0].abs().sum() > 0
-    assert all(torch.equal(outs[0], o) for o in outs[1:])
+    table = descales(gen, 3, 2)[0]
+    row = (torch.rand(1, 2, generator=gen) * 0.4 + 0.05).to(DEV).expand(3, 2)
+    scalar = torch.tensor([[0.37]], device=DEV).expand(3, 2)
+    strided = (table.t().contiguous().t(), row, scalar)
+    assert [d.stride() for d in strided] == [(1, 3), (0, 1), (0, 0)]
+    assert all(len(d.unique()) > 1 for d in strided[:2])  # a misread index reads another value
+    dense = [d.contiguous() for d in strided]
+    ref = fp8_attention(q, k, v, *dense)
+    assert ref.abs().sum() > 0
+    assert torch.equal(fp8_attention(q, k, v, *strided), ref)
+    if DEV == "cpu":
+        assert_emulation_bits(ref, attention_fa3_fp8(q, k, v, *dense, block_n=A.default_config(32).block_n))
     # and the per-head values are read per head: permuting heads of k permutes the result
+    qd0 = scalar
+    kd, vd = descales(gen, 3, 2)[:2]
     swapped = fp8_attention(q, k.flip(2), v.flip(2), qd0, kd.flip(1), vd.flip(1))
     assert torch.equal(swapped, fp8_attention(q.flip(2), k, v, qd0, kd, vd).flip(2))
 

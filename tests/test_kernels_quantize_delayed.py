@@ -50,7 +50,8 @@ def test_matches_the_reference_per_head_and_gqa(dtype, heads_kv):
 
 def test_stride0_descale_gives_the_materialized_bits():
     """A per-tensor descale expanded with stride 0 and the same values stored per head agree; a
-    per-head descale with distinct values differs from both (the index is the kv head's)."""
+    per-head descale with distinct values differs from both (the index is the kv head's); distinct
+    values in other strides give the bits of the same values contiguous."""
     gen = torch.Generator().manual_seed(3)
     x = inputs(gen, 2, 17, 4, 32)
     one = torch.tensor([[0.0117]], device=DEV)
@@ -61,6 +62,16 @@ def test_stride0_descale_gives_the_materialized_bits():
     y2, _ = quantize_fp8_delayed(x, per_head, heads_kv=2)
     assert torch.equal(bits(y2)[:, :, :2], bits(y0)[:, :, :2]) and not torch.equal(bits(y2)[:, :, 2:], bits(y0)[:, :, 2:])
     assert torch.equal(bits(y2), reference(x, per_head, 2)[0])
+    # distinct values per (sequence, kv head) in a column-major copy, and a per-head row expanded over
+    # the batch (strides (0, 1)): the bits of the same values contiguous, and of the reference
+    table = (torch.rand(2, 2, generator=gen) * 0.02 + 0.004).to(DEV)
+    row = (torch.rand(1, 2, generator=gen) * 0.02 + 0.004).to(DEV).expand(2, 2)
+    for d in (table.t().contiguous().t(), row):
+        assert d.stride() in ((1, 2), (0, 1)) and len(d.unique()) > 1
+        y3, a3 = quantize_fp8_delayed(x, d, heads_kv=2)
+        y4, a4 = quantize_fp8_delayed(x, d.contiguous(), heads_kv=2)
+        assert torch.equal(bits(y3), bits(y4)) and torch.equal(a3, a4)
+        assert torch.equal(bits(y3), reference(x, d, 2)[0]), d.stride()
 
 
 def test_varlen_and_empty_sequences():

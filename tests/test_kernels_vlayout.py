@@ -41,15 +41,23 @@ def test_transpose_keys_moves_every_byte_where_torch_does(b, s, h, d):
 
 
 def test_pretranspose_v_and_key_ordered_vt_give_torch_bytes_on_this_device():
-    """On a GPU both layouts come from `transpose_keys`; on the CPU from torch: same bytes, same strides."""
+    """On a GPU both layouts come from `transpose_keys`; on the CPU from torch: same bytes, same strides,
+    and (on any device, the interpreter's on a CPU) the bytes `transpose_keys` writes."""
     gen = torch.Generator().manual_seed(9)
     for v in (fp8(gen, 2, 77, 3, 64), fp8(gen, 150, 2, 128)):  # batched and varlen (total, h, d)
         cpu, dev = pretranspose_v(v), pretranspose_v(v.to(DEVICE))
-        assert dev.shape == cpu.shape and dev.stride() == cpu.stride()
+        assert dev.shape == cpu.shape == v.shape and dev.stride() == cpu.stride()
+        assert cpu.stride(-3) == 1 and torch.equal(as_bytes(cpu), as_bytes(v))  # V's values, keys contiguous
         assert torch.equal(as_bytes(dev), as_bytes(cpu))
+        v4 = v if v.dim() == 4 else v[None]
+        s = v4.shape[1]
+        kernel = as_bytes(transpose_keys(v4.to(DEVICE), s))  # (b, h, d, s)
+        stored = cpu.permute(0, 2, 3, 1) if v.dim() == 4 else cpu.permute(1, 2, 0)[None]
+        assert torch.equal(as_bytes(stored), kernel)
     v = fp8(gen, 2, 77, 3, 64)
     cpu, dev = key_ordered_vt(v), key_ordered_vt(v.to(DEVICE))
     assert dev.seqlen_k == cpu.seqlen_k == 77 and torch.equal(as_bytes(dev.data), as_bytes(cpu.data))
+    assert torch.equal(as_bytes(cpu.data), as_bytes(transpose_keys(v.to(DEVICE), 96, key_ordered=True)))
 
 
 def test_transpose_keys_says_what_it_expected():

@@ -50,10 +50,12 @@ def test_write_then_gather_round_trips(kv_cache_dtype):
     assert cu.tolist() == [0, 5, 22, 23]
     if fp8:
         # Stored values are exactly e4m3(x * (1 / scale)) with saturation, computed in float32 like vLLM.
-        inv = 1.0 / torch.tensor(k_scale, dtype=torch.float32)
-        assert torch.equal(k_out.double(), quantize((k.float() * inv).double(), "e4m3fn"))
-        rel = (k_out.double() * k_scale - k).norm() / k.norm()
-        assert 0 < rel < 2.0 ** -4  # e4m3 keeps 3 mantissa bits
+        assert k_scale > 2 * v_scale  # one scale used for both tensors would show
+        for out, x, scale in ((k_out, k, k_scale), (v_out, v, v_scale)):
+            inv = 1.0 / torch.tensor(scale, dtype=torch.float32)
+            assert torch.equal(out.double(), quantize((x.float() * inv).double(), "e4m3fn"))
+            rel = (out.double() * scale - x).norm() / x.norm()
+            assert 0 < rel < 2.0 ** -4  # e4m3 keeps 3 mantissa bits
         dk, dv = cache.descales(len(lens))
         assert dk.shape == (3, heads_kv) and dk.stride() == (0, 0) and dv[1, 2].item() == pytest.approx(v_scale)
     else:
