@@ -77,6 +77,15 @@ class AttentionCase:
     head_dim: int
     causal: bool
 
+    def __post_init__(self) -> None:
+        from fp8lab.layout import check_count
+
+        for name in ("batch", "seqlen", "heads_q", "heads_kv", "head_dim"):
+            check_count(f"AttentionCase.{name}", getattr(self, name), 1)
+        if self.heads_q % self.heads_kv:
+            raise ValueError(f"AttentionCase: heads_q must be a multiple of heads_kv (query heads share a kv head), "
+                             f"got heads_q={self.heads_q}, heads_kv={self.heads_kv}")
+
     @property
     def tokens(self) -> int:
         return self.batch * self.seqlen

@@ -67,6 +67,29 @@ def time_modes(fn: Callable[[], object], befores: dict[str, Callable[[], object]
                  tbps=bench.tbps(nbytes, ms)) for mode, ms in times.items()]
 
 
+def streaming_modes(out: str, seed: int, befores: Callable[[torch.Tensor], dict[str, Callable[[], object]]],
+                    **meta: object) -> None:
+    """The v35/v36 probes: the copy and the streaming quantization kernels at 64 and 128 MiB
+    (1 x tokens x 32 x 128 bf16), timed by `time_modes` after each of `befores(x)`, 3 rounds, to `out`."""
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    q_scale = torch.tensor([0.05], device="cuda")
+    rows = []
+    for rep in range(3):
+        for tokens in (8192, 16384):
+            x = torch.randn(1, tokens, 32, 128, device="cuda", generator=gen, dtype=torch.bfloat16)
+            n = x.numel()
+            dst = torch.empty_like(x)
+            d_head = torch.rand(1, 32, device="cuda", generator=gen) * 0.01 + 0.005
+            cases = {"copy bf16": (lambda: dst.copy_(x), 4 * n),
+                     "static (vLLM Q)": (lambda: Q.quantize_fp8_static(x, q_scale), 3 * n),
+                     "per-token": (lambda: Q.quantize_fp8(x, "token"), 3 * n),
+                     "per-head current (auto)": (lambda: Q.quantize_fp8(x, "head"), 3 * n),
+                     "per-head delayed": (lambda: Q.quantize_fp8_delayed(x, d_head), 3 * n)}
+            for name, (fn, nbytes) in cases.items():
+                rows += time_modes(fn, befores(x), rep=rep, tokens=tokens, n=n, kernel=name, nbytes=nbytes)
+    bench.write_results(out, rows, env.context(dtype="bfloat16"), reps=REPS, replays=REPLAYS, flush_mib=256, **meta)
+
+
 def main(out: str) -> None:
     gen = torch.Generator(device="cuda").manual_seed(34)
     flush_buf = torch.rand(256 << 18, device="cuda", generator=gen)  # 256 MiB of float32

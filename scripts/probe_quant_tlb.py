@@ -26,37 +26,18 @@ import sys
 
 import torch
 
-import fp8lab.kernels.quantize as Q
-from fp8lab import bench, env
-from probe_quant_flush import REPLAYS, REPS, time_modes
+from probe_quant_flush import streaming_modes
 
 THRASH_GIB = 32
 
 
 def main(out: str) -> None:
-    gen = torch.Generator(device="cuda").manual_seed(35)
-    flush_buf = torch.rand(256 << 18, device="cuda", generator=gen)  # 256 MiB of float32
+    flush_buf = torch.rand(256 << 18, device="cuda")  # 256 MiB of float32
     thrash = torch.zeros(THRASH_GIB << 30, device="cuda", dtype=torch.uint8)
-    q_scale = torch.tensor([0.05], device="cuda")
-    rows = []
-    for rep in range(3):
-        for tokens in (8192, 16384):
-            x = torch.randn(1, tokens, 32, 128, device="cuda", generator=gen, dtype=torch.bfloat16)
-            n = x.numel()
-            dst = torch.empty_like(x)
-            d_head = torch.rand(1, 32, device="cuda", generator=gen) * 0.01 + 0.005
-            befores = {"flushed": flush_buf.amax,
-                       "flushed, x touched": lambda: (flush_buf.amax(), x.view(-1)[:: 1 << 15].amax()),
-                       "translations evicted": lambda: thrash[:: 2 << 20].max()}
-            cases = {"copy bf16": (lambda: dst.copy_(x), 4 * n),
-                     "static (vLLM Q)": (lambda: Q.quantize_fp8_static(x, q_scale), 3 * n),
-                     "per-token": (lambda: Q.quantize_fp8(x, "token"), 3 * n),
-                     "per-head current (auto)": (lambda: Q.quantize_fp8(x, "head"), 3 * n),
-                     "per-head delayed": (lambda: Q.quantize_fp8_delayed(x, d_head), 3 * n)}
-            for name, (fn, nbytes) in cases.items():
-                rows += time_modes(fn, befores, rep=rep, tokens=tokens, n=n, kernel=name, nbytes=nbytes)
-    bench.write_results(out, rows, env.context(dtype="bfloat16"), reps=REPS, replays=REPLAYS,
-                        flush_mib=256, thrash_gib=THRASH_GIB)
+    streaming_modes(out, 35, lambda x: {
+        "flushed": flush_buf.amax,
+        "flushed, x touched": lambda: (flush_buf.amax(), x.view(-1)[:: 1 << 15].amax()),
+        "translations evicted": lambda: thrash[:: 2 << 20].max()}, thrash_gib=THRASH_GIB)
 
 
 if __name__ == "__main__":

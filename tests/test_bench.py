@@ -431,6 +431,20 @@ def test_parse_case_inverts_label():
     assert bench.parse_case("2x8192x32/8x128 causal") == bench.AttentionCase(2, 8192, 32, 8, 128, True)
     with pytest.raises(ValueError, match="case label"):
         bench.parse_case("2x8192x32")
+    with pytest.raises(ValueError, match="heads_q must be a multiple"):
+        bench.parse_case("2x8192x32/12x128")
+
+
+@pytest.mark.parametrize("args, match", [
+    ((2, 8192, 32, 0, 128, False), r"AttentionCase.heads_kv: expected an int >= 1, got 0"),
+    ((0, 8192, 32, 32, 128, False), r"AttentionCase.batch: expected an int >= 1, got 0"),
+    ((2, 81.5, 32, 32, 128, False), r"AttentionCase.seqlen: expected an int >= 1, got 81.5"),
+    ((2, 8192, 32, 32, True, False), r"AttentionCase.head_dim: expected an int >= 1, got True"),
+    ((2, 8192, 32, 12, 128, False), r"heads_q must be a multiple of heads_kv .* heads_q=32, heads_kv=12"),
+])
+def test_attention_case_refuses_shapes_no_attention_has(args, match):
+    with pytest.raises(ValueError, match=match):
+        bench.AttentionCase(*args)
 
 
 def test_on_chip_marks_are_cumulative():

@@ -234,6 +234,18 @@ def test_quantize_for_fa3_reduces_token_scales_and_costs_precision(g):
     assert err_fa3 > err_fine  # the reduction loses precision on the small tokens
 
 
+@pytest.mark.parametrize("g", [PerTensor(), PerToken(), PerHead()], ids=repr)
+def test_fa3_descale_shape_must_fit_x(g):
+    """heads_kv must divide x's heads, and a 4-D x's batch is its own, whatever the strategy."""
+    x = randn(2, 16, 4, 32, seed=int(torch.randint(1 << 30, ())))
+    with pytest.raises(ValueError, match=r"heads_kv: expected a divisor of x's 4 heads .* got 3"):
+        quantize_for_fa3(x, ScaleStrategy(g), 3)
+    with pytest.raises(ValueError, match=r"batch: a 4-D x has its own batch, 2; got batch=3"):
+        quantize_for_fa3(x, ScaleStrategy(g), 2, batch=3)
+    _, d = quantize_for_fa3(x.reshape(32, 4, 32), ScaleStrategy(g), 2, batch=3)  # varlen: one row per sequence
+    assert d.shape == (3, 2)
+
+
 def test_per_channel_cannot_go_to_fa3():
     with pytest.raises(ValueError, match="per-channel"):
         quantize_for_fa3(randn(1, 8, 2, 16), ScaleStrategy(PerChannel()), 2)

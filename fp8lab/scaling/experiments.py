@@ -590,7 +590,7 @@ def gqa_descale_reads(q: torch.Tensor, heads_kv: int) -> pd.DataFrame:
     if not isinstance(q, torch.Tensor) or q.dim() != 4:
         raise ValueError(f"q: expected a (batch, seqlen, heads_q, head_dim) tensor, got {getattr(q, 'shape', type(q))}")
     heads_q = q.shape[2]
-    _, qd = quantize_for_fa3(q, ScaleStrategy(PerHead()), heads_kv)
+    _, qd = quantize_for_fa3(q, ScaleStrategy(PerHead()), heads_kv, name="q")
     one = formats.cast_to_fp8(torch.ones(1, 1, heads_q, 1))  # an FP8 1.0 per query head
     column = dequantize(one, torch.arange(1.0, heads_kv + 1)[None], PerHead(heads_kv), dtype=torch.float64)
     return pd.DataFrame({

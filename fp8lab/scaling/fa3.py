@@ -173,7 +173,13 @@ def quantize_for_fa3(
     """
     x4 = as_4d(x, name)
     batch = x4.shape[0] if batch is None else check_count("batch", batch, 0)
+    if x.dim() == 4 and batch != x4.shape[0]:
+        raise ValueError(f"batch: a 4-D {name} has its own batch, {x4.shape[0]}; got batch={batch} "
+                         f"(batch is for a varlen 3-D {name}, one descale row per sequence)")
     heads_kv = check_count("heads_kv", heads_kv, 1)
+    if x4.shape[2] % heads_kv:
+        raise ValueError(f"heads_kv: expected a divisor of {name}'s {x4.shape[2]} heads (each KV head serves a group "
+                         f"of query heads), got {heads_kv}")
     if not isinstance(strategy, ScaleStrategy):
         raise TypeError(f"strategy: expected a ScaleStrategy, got {type(strategy).__name__}")
     g = strategy.granularity
