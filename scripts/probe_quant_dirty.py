@@ -1,6 +1,6 @@
 """Does the flush spare a copy the write-back that the on-chip kernel hides anyway? (v36)
 
-    PYTHONPATH=.:scripts python3 scripts/probe_quant_dirty.py OUT.json
+    PYTHONPATH=.:scripts python3 scripts/probe_quant_dirty.py OUT.json [--part2]
 
 v35 left one reading untested. After the 256 MiB flush (a read: `amax`) the on-chip current
 per-head kernel loses 10.5-10.8 us at 128 MiB and a copy 4.4-4.5. Back to back, each call starts
@@ -37,5 +37,19 @@ def main(out: str) -> None:
     streaming_modes(out, 37, lambda x: befores)
 
 
+def main_part2(out: str) -> None:
+    """Part 2: which of these steps empties the L2 of x (a read of x after it shows), and what each
+    costs the kernels: 256 and 512 MiB read, 256 MiB written, 256 MiB copied."""
+    big = torch.rand(512 << 18, device="cuda")  # 512 MiB of float32
+    dst = torch.empty(256 << 18, device="cuda")
+    half = big[: 256 << 18]
+    befores = {"flushed": half.amax,
+               "512 MiB read": big.amax,
+               "256 MiB written": dst.zero_,
+               "256 MiB copied": lambda: dst.copy_(half)}
+    streaming_modes(out, 38, lambda x: befores,
+                    kernels=("read x (amax)", "copy bf16", "static (vLLM Q)", "per-head current (auto)"))
+
+
 if __name__ == "__main__":
-    main(sys.argv[1])
+    (main_part2 if sys.argv[2:] == ["--part2"] else main)(sys.argv[1])

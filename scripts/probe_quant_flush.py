@@ -67,10 +67,14 @@ def time_modes(fn: Callable[[], object], befores: dict[str, Callable[[], object]
                  tbps=bench.tbps(nbytes, ms)) for mode, ms in times.items()]
 
 
+STREAMING = ("copy bf16", "static (vLLM Q)", "per-token", "per-head current (auto)", "per-head delayed")
+
+
 def streaming_modes(out: str, seed: int, befores: Callable[[torch.Tensor], dict[str, Callable[[], object]]],
-                    **meta: object) -> None:
-    """The v35/v36 probes: the copy and the streaming quantization kernels at 64 and 128 MiB
-    (1 x tokens x 32 x 128 bf16), timed by `time_modes` after each of `befores(x)`, 3 rounds, to `out`."""
+                    kernels: tuple[str, ...] = STREAMING, **meta: object) -> None:
+    """The v35/v36 probes: `kernels` (the copy, the streaming quantization kernels, or "read x (amax)")
+    at 64 and 128 MiB (1 x tokens x 32 x 128 bf16), timed by `time_modes` after each of `befores(x)`,
+    3 rounds, to `out`."""
     gen = torch.Generator(device="cuda").manual_seed(seed)
     q_scale = torch.tensor([0.05], device="cuda")
     rows = []
@@ -84,8 +88,10 @@ def streaming_modes(out: str, seed: int, befores: Callable[[torch.Tensor], dict[
                      "static (vLLM Q)": (lambda: Q.quantize_fp8_static(x, q_scale), 3 * n),
                      "per-token": (lambda: Q.quantize_fp8(x, "token"), 3 * n),
                      "per-head current (auto)": (lambda: Q.quantize_fp8(x, "head"), 3 * n),
-                     "per-head delayed": (lambda: Q.quantize_fp8_delayed(x, d_head), 3 * n)}
-            for name, (fn, nbytes) in cases.items():
+                     "per-head delayed": (lambda: Q.quantize_fp8_delayed(x, d_head), 3 * n),
+                     "read x (amax)": (x.amax, 2 * n)}
+            for name in kernels:
+                fn, nbytes = cases[name]
                 rows += time_modes(fn, befores(x), rep=rep, tokens=tokens, n=n, kernel=name, nbytes=nbytes)
     bench.write_results(out, rows, env.context(dtype="bfloat16"), reps=REPS, replays=REPLAYS, flush_mib=256, **meta)
 
