@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+set -u
+mkdir -p $OUT/c
+export PYTHONPATH=$PWD:$PWD/scripts PYTHONUNBUFFERED=1 MPLBACKEND=Agg
+cp scripts/_call.sh $OUT/c/call.sh
+(date -u; nvidia-smi; python3 -c "import torch,triton;print(torch.__version__,triton.__version__,torch.version.cuda)"; git log --oneline -1; git status --short) > $OUT/c/gpu.txt 2>&1
+t0=$SECONDS
+timeout 400 python3 scripts/probe_quant_dirty.py $OUT/c/bench_v36_quant_evict.json --part2 > $OUT/c/evict.log 2>&1; echo "rc=$? $((SECONDS-t0))s" >> $OUT/c/evict.log
+date -u >> $OUT/c/gpu.txt
+cat $OUT/c/evict.log | cut -c1-250
+ls $OUT/c
+cd $OUT && tar czf c.tgz c && rm -rf c
