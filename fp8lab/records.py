@@ -506,8 +506,9 @@ def quant_flush(path: str | Path) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFr
 
 
 def quant_before_long(paths: Iterable[str | Path]) -> pd.DataFrame:
-    """v35's records (`bench_v35_quant_tlb.json`, `bench_v35_quant_prelude.json`: each quantization
-    kernel timed back to back and after a step before every call) in long form: one row per (record,
+    """v35's and v36's records (`bench_v35_quant_tlb.json`, `bench_v35_quant_prelude.json`,
+    `bench_v36_quant_evict.json`, `bench_v36_quant_dirty.json`: each quantization kernel timed back to
+    back and after a step before every call) in long form: one row per (record,
     round, MiB, kernel, step) with `us` (the median microseconds) and `added_us` (over the back-to-back
     time of the same round of the same record; 0 for "back to back" itself). A step timed in more than
     one record (the flush) is kept from the first only."""
@@ -516,7 +517,7 @@ def quant_before_long(paths: Iterable[str | Path]) -> pd.DataFrame:
         rows = pd.DataFrame(load_results(path)["rows"])
         need = {"rep", "mib", "kernel", "mode", "ms"}
         if not need <= set(rows.columns) or "graph" not in set(rows["mode"]):
-            raise ValueError(f"{path}: expected the rows of a v35 probe (columns {sorted(need)}, mode 'graph' among "
+            raise ValueError(f"{path}: expected the rows of a v35 or v36 probe (columns {sorted(need)}, mode 'graph' among "
                              f"them), got columns {sorted(rows.columns)}")
         rows = rows.assign(record=i, us=rows["ms"] * 1e3, mib=rows["mib"].astype(int))
         back = rows[rows["mode"] == "graph"].set_index(["rep", "mib", "kernel"])["us"]
@@ -526,7 +527,7 @@ def quant_before_long(paths: Iterable[str | Path]) -> pd.DataFrame:
         parts.append(rows[keep][["record", "rep", "mib", "kernel", "mode", "us", "added_us"]])
         seen |= set(rows["mode"])
     if not parts:
-        raise ValueError("paths: expected one or more v35 records, got none")
+        raise ValueError("paths: expected one or more v35 or v36 records, got none")
     return pd.concat(parts, ignore_index=True)
 
 

@@ -235,6 +235,10 @@ def test_performance_record(executed_notebooks):
     assert added[f"flushed / {head}"][0] > added[f"flushed / {copy}"][1] + 4
     assert added[f"flushed, x touched / {head}"][0] >= added[f"flushed / {head}"][0]  # x's translations buy nothing
     assert all(abs(v) < 1.5 for k, v in ((k, x) for k, lohi in added.items() for x in lohi) if k.startswith("after"))
+    added = f["v36_added_us_128"]  # (e.4) v36: a read costs the writing kernels, a write before them does not
+    assert min(added[f"flushed / {head}"][0], added[f"512 MiB read / {head}"][0]) > added[f"flushed / {copy}"][1] + 4
+    assert all(abs(x) <= 0.5 for k in (head, copy) for x in added[f"256 MiB copied / {k}"])  # "within half a microsecond"
+    assert max(abs(x) for x in added["flushed / read x (amax)"]) < 1 and 6 <= added["256 MiB written / read x (amax)"][0]
     targets = f["quant_targets"]  # (e)'s targets table at 128 MiB, as its prose and the summary read it
     for kind in ("static (vLLM's Q)", "per token", "delayed, per head", "delayed, per tensor"):
         assert targets[kind]["verdict"] == targets[kind]["verdict of 4.3 TB/s"] == "met", kind

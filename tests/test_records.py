@@ -368,9 +368,9 @@ def test_quant_before_subtracts_the_same_rounds_back_to_back_time(tmp_path):
     lo, hi = f"{added.min():+.1f}", f"{added.max():+.1f}"
     assert table.loc[(64, kernels[0]), "tiny"] == (lo if lo == hi else f"{lo} to {hi}")
     bench.write_results(tmp_path / "other.json", [dict(mib=4, kernel="x", tbps_graph=1.0)], {"gpu": "test"})
-    with pytest.raises(ValueError, match="rows of a v35 probe"):
+    with pytest.raises(ValueError, match="rows of a v35 or v36 probe"):
         records.quant_before([tmp_path / "other.json"])
-    with pytest.raises(ValueError, match="one or more v35 records"):
+    with pytest.raises(ValueError, match="one or more v35 or v36 records"):
         records.quant_before([])
 
 
@@ -504,6 +504,16 @@ def test_h200_roofline_vllm_and_quantization(h200):
     assert at128.loc[("flushed, x touched", "per-head current (auto)"), "min"] > 9  # x's translations buy nothing
     assert (at128.loc["translations evicted", "min"] > 20).all()  # every kernel pays for those
     assert (at128.loc[["after a tiny kernel", "after itself on other data"]].abs() < 1.5).all().all()
+    v36 = records.quant_before_added(records.quant_before_long(
+        [rdir / "run32" / "call4" / "bench_v36_quant_evict.json", rdir / "run32" / "call3" / "bench_v36_quant_dirty.json"]))
+    at128 = v36.xs(128, level="mib")
+    head, copy, read = "per-head current (auto)", "copy bf16", "read x (amax)"
+    assert at128.loc[("flushed", head), "min"] > at128.loc[("flushed", copy), "max"] + 4  # v35's gap, again
+    assert at128.loc[("512 MiB read", head), "min"] > 8  # a larger read flush: the same
+    writers = at128.loc["256 MiB copied"].drop(read)  # after a write, no kernel that writes loses a microsecond
+    assert len(writers) == 3 and (writers.abs().max(axis=1) < 1).all()
+    assert at128.loc[("256 MiB written", head), "max"] < 2 and at128.loc[("flushed by writing", head), "max"] < 2
+    assert abs(at128.loc[("flushed", read)]).max() < 1 < 5 < at128.loc[("256 MiB written", read), "min"]
     rev, same = records.reverse_table(rdir)
     assert same and (rev[["tensor backward / forward", "head backward / forward"]] > 1).all().all()
     graph = records.quant_default_rows(bench.records_frame(rdir, "quant"))
