@@ -29,6 +29,7 @@ from fp8lab.formats import cast_to_fp8
 from fp8lab.layout import check_count
 from fp8lab.metrics import rel_l2
 from fp8lab.reference import AccumulatorModel, attention_exact, attention_fa3_fp8, fa3_block_n, fa3_decode_splits
+from fp8lab.scaling import check_finite
 
 __all__ = [
     "CHECKPOINT",
@@ -122,19 +123,9 @@ def cache_fp8_quant(x: torch.Tensor, scale: float | torch.Tensor) -> torch.Tenso
     return _static_fp8(x, scale, "cache_fp8_quant", lambda xf, s: xf / s)
 
 
-def _check_unquantized(name: str, x: torch.Tensor) -> None:
-    """TypeError unless `x` is a float tensor wider than FP8: an FP8 tensor would be quantized twice."""
-    if not isinstance(x, torch.Tensor) or not x.is_floating_point() or x.element_size() == 1:
-        got = str(x.dtype).replace("torch.", "") if isinstance(x, torch.Tensor) else type(x).__name__
-        fp8 = " (already FP8: quantizing it again would divide its values by the scale once more)" \
-            if isinstance(x, torch.Tensor) and x.is_floating_point() else ""
-        raise TypeError(f"{name}: expected a floating tensor (float16, bfloat16, float32 or float64) to quantize, "
-                        f"got {got}{fp8}")
-
-
 def _static_fp8(x: torch.Tensor, scale: float | torch.Tensor, name: str, apply) -> torch.Tensor:
     """e4m3fn of `apply(x in float32, scale)`, saturated: the two ways vLLM applies a static scale."""
-    _check_unquantized(name, x)
+    check_finite(x, name)
     s = _check_scale("scale", scale).to(x.device)
     return cast_to_fp8(apply(x.float(), s), "e4m3fn", overflow="saturate")
 
@@ -261,7 +252,7 @@ class PagedKVCache:
                 f"slot_mapping: expected int64 of shape ({key.shape[0]},), got {slot_mapping.dtype} {tuple(slot_mapping.shape)}"
             )
         for name, t in (("key", key), ("value", value)):
-            _check_unquantized(name, t)
+            check_finite(t, name)
         keep = slot_mapping >= 0
         slots = slot_mapping[keep]
         if slots.numel() and int(slots.max()) >= num_blocks * block_size:
@@ -353,7 +344,7 @@ def paged_decode(
         raise ValueError(f"math: expected one of {DECODE_MATH}, got {math!r}")
     if not len(seq_lens):
         raise ValueError("seq_lens: expected at least one sequence, got 0")
-    _check_unquantized("q", q)
+    check_finite(q, "q")
     if q.dim() != 3 or q.shape[0] != len(seq_lens):
         raise ValueError(f"q: expected (num_seqs={len(seq_lens)}, heads_q, head_dim), got {tuple(q.shape)}")
     k, v, cu_k = cache.gather(block_table, seq_lens)

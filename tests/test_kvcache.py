@@ -121,7 +121,7 @@ def test_bytes_per_token():
         (lambda: PagedKVCache.allocate(2, 4, 1, 8, k_scale=0.0), "finite scale > 0"),
         (lambda: PagedKVCache.allocate(2, 4, 1, 8, v_scale=float("nan")), "finite scale > 0"),
         (lambda: PagedKVCache.allocate(0, 4, 1, 8), "positive"),
-        (lambda: scaled_fp8_quant(torch.ones(2, dtype=torch.int32), 1.0), "floating"),
+        (lambda: scaled_fp8_quant(torch.ones(2, dtype=torch.int32), 1.0), "expected a float tensor .* got int32"),
     ],
 )
 def test_bad_input(call, message):
@@ -193,9 +193,9 @@ def test_paged_decode_matches_the_references_on_contiguous_data():
     assert torch.equal(got, attention_fa3_fp8(*fp8_args, block_n=8, num_splits=[1, 3], **args))
 
 
-def test_fp8_input_is_refused_not_quantized_twice():
-    """Q, K or V already in FP8 would be divided by the scale a second time (a wrong answer, no error):
-    each entry that quantizes says it takes the float tensor."""
+def test_fp8_or_nonfinite_input_is_refused():
+    """Q, K or V already in FP8 would be divided by the scale a second time (a wrong answer, no error),
+    and NaN or inf would be stored as NaN or ±448 without a word: each entry that quantizes refuses them."""
     g = torch.Generator().manual_seed(int(torch.randint(1 << 30, ())))
     lens, heads_kv, d = [3, 6], 2, 16
     cache = PagedKVCache.allocate(4, 4, heads_kv, d, k_scale=0.02, v_scale=0.03)
@@ -209,7 +209,15 @@ def test_fp8_input_is_refused_not_quantized_twice():
                        (lambda: cache.write(k, cache_fp8_quant(v, 0.03), slots), "value"),
                        (lambda: paged_decode(q8, cache, table, lens, q_scale=0.01), "q"),
                        (lambda: paged_decode(q8, cache, table, lens, math="dequantized"), "q")):
-        with pytest.raises(TypeError, match=rf"{name}: expected a floating tensor .* got float8_e4m3fn \(already FP8"):
+        with pytest.raises(TypeError, match=rf"{name}: expected a float tensor .* got float8_e4m3fn \(already FP8"):
+            call()
+    bad_q, bad_k = q.clone(), k.clone()
+    bad_q.view(-1)[int(torch.randint(q.numel(), (), generator=g))] = float("nan")
+    bad_k.view(-1)[int(torch.randint(k.numel(), (), generator=g))] = float("inf")
+    for call, name, what in ((lambda: scaled_fp8_quant(bad_q, 0.01), "scaled_fp8_quant", "1 NaN and 0 inf"),
+                             (lambda: cache.write(bad_k, v, slots), "key", "0 NaN and 1 inf"),
+                             (lambda: paged_decode(bad_q, cache, table, lens, q_scale=0.01), "q", "1 NaN and 0 inf")):
+        with pytest.raises(ValueError, match=rf"{name}: expected finite values to quantize, got {what} values"):
             call()
     assert not cache.key_cache.view(torch.uint8).any()  # the refused writes left the cache as it was
     cache.write(k, v, slots)

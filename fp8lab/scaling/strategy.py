@@ -48,16 +48,19 @@ __all__ = [
 
 def check_finite(x: torch.Tensor, name: str = "x") -> None:
     """TypeError unless `x` is a float tensor wider than FP8 (what gets quantized); ValueError naming
-    `name` if it holds NaN or ±inf (a scale computed from it would be NaN/inf)."""
-    if not x.is_floating_point() or x.element_size() == 1:
-        what = " (already FP8)" if x.is_floating_point() else ""
+    `name` if it holds NaN or ±inf (a scale computed from it would be NaN/inf, and a static scale
+    would store NaN or saturate inf to ±448 without a word)."""
+    if not isinstance(x, torch.Tensor) or not x.is_floating_point() or x.element_size() == 1:
+        is_fp8 = isinstance(x, torch.Tensor) and x.is_floating_point()
+        got = str(x.dtype).replace("torch.", "") if isinstance(x, torch.Tensor) else type(x).__name__
         raise TypeError(f"{name}: expected a float tensor (bfloat16, float16, float32 or float64) to quantize, "
-                        f"got {str(x.dtype).replace('torch.', '')}{what}")
+                        f"got {got}{' (already FP8)' if is_fp8 else ''}")
     # one reduction on the happy path: amax propagates NaN and inf
     if x.numel() and not bool(torch.isfinite(x.abs().amax())):
         n_nan = int(torch.isnan(x).sum())
         n_inf = int(torch.isinf(x).sum())
-        raise ValueError(f"{name}: cannot compute a scale from a tensor with {n_nan} NaN and {n_inf} inf values")
+        raise ValueError(f"{name}: expected finite values to quantize, got {n_nan} NaN and {n_inf} inf values "
+                         f"(no scale maps them to FP8)")
 
 
 def compute_amax(x: torch.Tensor, granularity: Granularity = PerTensor(), *, name: str = "x") -> torch.Tensor:
