@@ -11,6 +11,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import numbers
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterable, Mapping
@@ -100,6 +101,7 @@ class AttentionCase:
 
 def attention_flops(batch: int, seqlen_q: int, seqlen_k: int, heads_q: int, head_dim: int, causal: bool) -> float:
     """Forward FLOPs by FlashAttention's convention: 2 matmuls of 2*sq*sk*d each per head, half when causal."""
+    _check_counts(batch=batch, seqlen_q=seqlen_q, seqlen_k=seqlen_k, heads_q=heads_q, head_dim=head_dim)
     flops = 4.0 * batch * seqlen_q * seqlen_k * heads_q * head_dim
     return flops / 2 if causal else flops
 
@@ -108,6 +110,8 @@ def attention_bytes(batch: int, seqlen: int, heads_q: int, heads_kv: int, head_d
                     input_bytes: int = 1) -> float:
     """HBM bytes of a forward that reads Q, K, V once (`input_bytes` each: 1 for FP8, 2 for bf16)
     and writes bf16 O (2 bytes)."""
+    _check_counts(batch=batch, seqlen=seqlen, heads_q=heads_q, heads_kv=heads_kv, head_dim=head_dim,
+                  input_bytes=input_bytes)
     return batch * seqlen * head_dim * (heads_q * (input_bytes + 2) + heads_kv * 2 * input_bytes)
 
 
@@ -118,8 +122,31 @@ def attention_intensity(case: "AttentionCase", input_bytes: int = 1) -> float:
                                           input_bytes)
 
 
+def _check_counts(least: int = 0, **counts: object) -> None:
+    """Each of `counts` an int >= `least` (`layout.check_count`), else ValueError naming it."""
+    from fp8lab.layout import check_count
+
+    for name, n in counts.items():
+        check_count(name, n, least)
+
+
+def _check_positive(**values: object) -> None:
+    """Each of `values` a finite real number > 0 (NaN, inf, 0 and negatives fail), else ValueError naming it."""
+    for name, v in values.items():
+        if isinstance(v, bool) or not isinstance(v, numbers.Real) or not 0 < v < math.inf:
+            raise ValueError(f"{name}: expected a finite number > 0, got {v!r}")
+
+
+def _check_ghz(clock_ghz: object) -> None:
+    """A clock in GHz, (0, 10]: 1980 (MHz) would make every ceiling 1000 times too high."""
+    if isinstance(clock_ghz, bool) or not isinstance(clock_ghz, numbers.Real) or not 0 < clock_ghz <= 10:
+        raise ValueError(f"clock_ghz: expected GHz, a number in (0, 10] (the H200 boosts to 1.98), got {clock_ghz!r}")
+
+
 def roofline_tflops(intensity: float, peak_tflops: float, tbps: float) -> float:
-    """Attainable TFLOP/s at `intensity` FLOP/byte: min(compute ceiling, bandwidth x intensity)."""
+    """Attainable TFLOP/s at `intensity` FLOP/byte: min(compute ceiling `peak_tflops` (TFLOP/s),
+    bandwidth `tbps` (TB/s) x intensity)."""
+    _check_positive(intensity=intensity, peak_tflops=peak_tflops, tbps=tbps)
     return min(peak_tflops, tbps * intensity)
 
 
@@ -127,6 +154,8 @@ def mma_peak_tflops(sms: int = 132, clock_ghz: float = 1.98, flop_per_clock: int
     """Dense tensor-core peak (a model): `flop_per_clock` per SM per clock, 8192 for FP8 on Hopper
     (4096 for bf16). NVIDIA's datasheet figures are this at 1.83 GHz (1979 FP8, 989 bf16 TFLOP/s);
     compared with `exp2_ceiling_tflops` at the same clock, the two meet at head_dim 128 for FP8."""
+    _check_counts(1, sms=sms, flop_per_clock=flop_per_clock)
+    _check_ghz(clock_ghz)
     return sms * clock_ghz * 1e9 * flop_per_clock / 1e12
 
 
@@ -136,6 +165,7 @@ def exp2_ceiling_tflops(head_dim: int, sms: int = 132, clock_ghz: float = 1.98, 
     Each score costs one exp2 and 4 * head_dim matmul FLOPs (QK^T and PV). Defaults: H200
     (132 SMs, 1.98 GHz boost), 16 exp2 per clock per SM (CUDA guide, compute capability 9.0).
     """
+    _check_counts(1, head_dim=head_dim, exp2_per_clock=exp2_per_clock)
     return mma_peak_tflops(sms, clock_ghz, exp2_per_clock * 4 * head_dim)  # FLOPs the exp2s of a clock allow
 
 
@@ -173,6 +203,8 @@ def held_for(x_bytes: float, target: float, in_bytes: int = 2, out_bytes: int = 
     """Bytes of x that must stay on chip for `one_pass_bound` to reach `target` (0 < target <= 1)."""
     if not 0 < target <= 1:
         raise ValueError(f"target: expected a fraction in (0, 1], got {target}")
+    if not 0 < x_bytes < math.inf:  # NaN fails too
+        raise ValueError(f"expected x_bytes > 0 (finite), got {x_bytes}")
     useful = x_bytes + x_bytes / in_bytes * out_bytes
     return max(0.0, x_bytes - useful * (1 / target - 1))
 
@@ -292,8 +324,7 @@ def roofline_ceilings(clock_ghz: float = 1.98, exp2_head_dims: Iterable[int] = (
     """The roofline's compute ceilings in TFLOP/s: the measured and datasheet ones
     (`H200_CEILINGS`), the FP8 MMA model (`mma_peak_tflops`) and the exp2 model per head dim
     (`exp2_ceiling_tflops`), both at `clock_ghz`."""
-    if not 0 < clock_ghz <= 10:
-        raise ValueError(f"clock_ghz: expected GHz, a number in (0, 10] (the H200 boosts to 1.98), got {clock_ghz!r}")
+    _check_ghz(clock_ghz)
     return {**H200_CEILINGS, f"FP8 MMA peak (model, {clock_ghz:g} GHz)": mma_peak_tflops(clock_ghz=clock_ghz),
             **{f"exp2 model, d={d}": exp2_ceiling_tflops(d, clock_ghz=clock_ghz) for d in exp2_head_dims}}
 
@@ -326,11 +357,14 @@ FACTS_H200 = [
 
 
 def tflops(flops: float, ms: float) -> float:
+    """TFLOP/s (1e12 FLOP per second) for `flops` done in `ms` milliseconds (finite, > 0)."""
+    _check_positive(ms=ms)
     return flops / (ms * 1e-3) / 1e12
 
 
 def tbps(nbytes: float, ms: float) -> float:
-    """Terabytes per second for `nbytes` moved (reads + writes) in `ms` milliseconds."""
+    """Terabytes per second for `nbytes` moved (reads + writes) in `ms` milliseconds (finite, > 0)."""
+    _check_positive(ms=ms)
     return nbytes / (ms * 1e-3) / 1e12
 
 
@@ -376,6 +410,10 @@ def bench_grid(
     causal: Iterable[bool] = (False, True),
 ) -> list[AttentionCase]:
     """The issue's grid: batch * seqlen = `tokens`, `heads` query and kv heads."""
+    seqlens = list(seqlens)
+    uneven = [s for s in seqlens if isinstance(s, int) and s > 0 and tokens % s]
+    if uneven:
+        raise ValueError(f"seqlens: expected each to divide tokens={tokens} (batch * seqlen = tokens), got {uneven}")
     return [
         AttentionCase(tokens // s, s, heads, heads, d, c)
         for d in head_dims

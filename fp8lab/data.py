@@ -17,6 +17,8 @@ same for every seed), as they are in a real layer; only the values are redrawn.
 
 from __future__ import annotations
 
+import math
+import numbers
 from collections.abc import Callable
 
 import torch
@@ -66,6 +68,8 @@ def head_factors(heads: int, head_range_log2: float = 6.0) -> torch.Tensor:
 
     The order is a property of the "model" (the same for every seed); `make_qkv("head_ranges")` uses it.
     """
+    check_count("heads", heads, 1)
+    _check_options("head_ranges", {"head_range_log2": head_range_log2})
     f = 2.0 ** torch.linspace(-head_range_log2, head_range_log2, heads)
     return f[torch.randperm(heads, generator=_model_generator())]
 
@@ -75,6 +79,34 @@ def _head_ranges(q, k, v, gen, *, head_range_log2: float = 6.0):
         return head_factors(h, head_range_log2)[None, None, :, None]
 
     return q * factors(q.shape[2]), k * factors(k.shape[2]), v * factors(v.shape[2])
+
+
+# Each distribution's knobs: (name, least value, whether it must be an int); outlier_prob is also <= 1.
+_OPTIONS: dict[str, tuple[tuple[str, float, bool], ...]] = {
+    "normal": (),
+    "fa3_outliers": (("outlier_prob", 0.0, False), ("outlier_std", 0.0, False)),
+    "outlier_channels": (("n_channels", 0, True), ("channel_scale", -math.inf, False),
+                         ("channel_shift", -math.inf, False)),
+    "sinks": (("n_sinks", 0, True), ("sink_scale", -math.inf, False)),
+    "head_ranges": (("head_range_log2", 0.0, False),),
+}
+
+
+def _check_options(name: str, options: dict[str, object]) -> None:
+    """`options` must be `name`'s knobs (`_OPTIONS`): counts ints >= 0, the rest finite numbers in range."""
+    known = {k: (least, integer) for k, least, integer in _OPTIONS[name]}
+    unknown = sorted(set(options) - set(known))
+    if unknown:
+        takes = f"expected some of {sorted(known)}" if known else "it takes none"
+        raise TypeError(f"{name}: unexpected options {unknown}; {takes}")
+    for k, v in options.items():
+        least, integer = known[k]
+        if integer:
+            check_count(k, v, int(least))
+            continue
+        high = 1.0 if k == "outlier_prob" else math.inf
+        if isinstance(v, bool) or not isinstance(v, numbers.Real) or not (least <= v <= high and math.isfinite(v)):
+            raise ValueError(f"{k}: expected a finite number in [{least:g}, {high:g}], got {v!r}")
 
 
 _BASE: dict[str, Callable] = {"fa3_outliers": _outliers}
@@ -111,8 +143,9 @@ def make_qkv(
         ("head_dim", head_dim)))
     if heads_q % heads_kv:
         raise ValueError(f"heads_q ({heads_q}) must be a multiple of heads_kv ({heads_kv})")
-    if not dtype.is_floating_point:
-        raise TypeError(f"dtype must be a floating-point dtype, got {dtype}")
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise TypeError(f"dtype must be a floating-point torch.dtype, got {dtype!r}")
+    _check_options(name, options)
     gen = torch.Generator().manual_seed(seed)
     base = _BASE.get(name, _normal)
     base_opts = {k: options.pop(k) for k in ("outlier_prob", "outlier_std") if k in options}
@@ -121,14 +154,14 @@ def make_qkv(
     v = base((batch, seqlen_k, heads_kv, head_dim), gen, **base_opts)
     if name in _POST:
         q, k, v = _POST[name](q, k, v, gen, **options)
-    elif options:
-        raise TypeError(f"{name}: unexpected options {sorted(options)}")
     return tuple(t.to(device=device, dtype=dtype).contiguous() for t in (q, k, v))  # type: ignore[return-value]
 
 
 def sample(name: str, shape: tuple[int, int, int, int], *, seed: int = 0, dtype: torch.dtype = torch.float32,
            device: torch.device | str = "cpu", **options: float) -> torch.Tensor:
     """One (batch, seqlen, heads, head_dim) tensor from distribution `name` (the `k` of `make_qkv`)."""
+    if not isinstance(shape, (tuple, list, torch.Size)) or len(shape) != 4:
+        raise ValueError(f"shape: expected (batch, seqlen, heads, head_dim), got {shape!r}")
     b, s, h, d = shape
     _, k, _ = make_qkv(name, batch=b, seqlen_q=1, seqlen_k=s, heads_q=h, heads_kv=h, head_dim=d,
                        dtype=dtype, device=device, seed=seed, **options)

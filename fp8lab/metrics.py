@@ -123,6 +123,9 @@ def ulps_apart(x: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:
 
     "The same bits up to summation order" reads `ulps_apart(out, ref).max() <= 1`.
     """
+    for name, t in (("x", x), ("ref", ref)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name}: expected a bfloat16 or float16 torch.Tensor, got {type(t).__name__}")
     if x.shape != ref.shape or x.dtype != ref.dtype or x.dtype not in (torch.bfloat16, torch.float16):
         raise ValueError(f"expected two bfloat16 or float16 tensors of one shape, got {x.dtype} {tuple(x.shape)} "
                          f"and {ref.dtype} {tuple(ref.shape)}")

@@ -31,6 +31,8 @@ import math
 
 import torch
 
+from fp8lab.layout import check_count, check_cu_seqlens
+
 __all__ = [
     "FA3_HEAD_DIMS",
     "hadamard_matrix",
@@ -95,7 +97,7 @@ def _hadamard_int(n: int) -> torch.Tensor:
 
 def hadamard_matrix(n: int, *, normalized: bool = True, dtype: torch.dtype = torch.float64) -> torch.Tensor:
     """An `(n, n)` Hadamard matrix: entries ±1 with `H H^T = n I`; divided by sqrt(n) if `normalized` (orthogonal)."""
-    if not isinstance(n, int) or n < 1:
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ValueError(f"n must be a positive int, got {n!r}")
     h = _hadamard_int(n).to(dtype)
     return h / math.sqrt(n) if normalized else h
@@ -115,6 +117,7 @@ def incoherence_matrix(
     block_size: None = one Hadamard of order head_dim; otherwise block-diagonal Hadamards of that order.
     The signs come from `generator`, or a CPU generator seeded with `seed`.
     """
+    head_dim = check_count("head_dim", head_dim, 1)
     b = head_dim if block_size is None else block_size
     if not isinstance(b, int) or b < 1 or head_dim % b:
         raise ValueError(f"block_size must divide head_dim={head_dim}, got {block_size!r}")
@@ -126,6 +129,10 @@ def incoherence_matrix(
 
 def rotate(x: torch.Tensor, matrix: torch.Tensor) -> torch.Tensor:
     """`x @ matrix` along the last dim (head_dim), in float64, returned in x's dtype."""
+    for name, t in (("x", x), ("matrix", matrix)):
+        if not isinstance(t, torch.Tensor) or not t.dtype.is_floating_point:
+            got = t.dtype if isinstance(t, torch.Tensor) else type(t).__name__
+            raise TypeError(f"{name}: expected a floating-point torch.Tensor, got {got}")
     d = x.shape[-1]
     if matrix.shape != (d, d):
         raise ValueError(f"matrix: expected ({d}, {d}) for head_dim {d}, got {tuple(matrix.shape)}")
@@ -145,6 +152,9 @@ def incoherent_processing(
     q: (..., head_dim), k: (..., head_dim), any FA3 layout; results in their dtypes.
     `q M (k M)^T == q k^T` in exact arithmetic (tested in float64).
     """
+    for name, t in (("q", q), ("k", k)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
     if q.shape[-1] != k.shape[-1]:
         raise ValueError(f"q and k must share head_dim, got {q.shape[-1]} and {k.shape[-1]}")
     m = matrix if matrix is not None else incoherence_matrix(q.shape[-1], seed=seed, block_size=block_size)
@@ -159,14 +169,23 @@ def smooth_k(k: torch.Tensor, *, cu_seqlens: torch.Tensor | None = None) -> tupl
     (without cu_seqlens, one mean over all tokens: still exact, since any per-row shift is).
     Computed in float64, returned in k's dtype.
     """
+    if not isinstance(k, torch.Tensor):
+        raise TypeError(f"k: expected a torch.Tensor, got {type(k).__name__}")
     if k.dim() == 4:
+        if cu_seqlens is not None:
+            raise ValueError(f"cu_seqlens: a batched k {tuple(k.shape)} has its sequences on dim 0; cu_seqlens goes "
+                             "with a varlen k (total, heads, head_dim), got both")
+        if k.shape[1] == 0:  # no keys: nothing to subtract (as for an empty varlen sequence), not a NaN mean
+            return k.clone(), torch.zeros((k.shape[0], 1, *k.shape[2:]), dtype=k.dtype, device=k.device)
         mean = k.double().mean(dim=1, keepdim=True)
         return (k.double() - mean).to(k.dtype), mean.to(k.dtype)
     if k.dim() != 3:
         raise ValueError(f"k: expected (batch, seqlen, heads, head_dim) or (total, heads, head_dim), got {tuple(k.shape)}")
-    bounds = [0, k.shape[0]] if cu_seqlens is None else cu_seqlens.tolist()
-    if bounds[0] != 0 or bounds[-1] != k.shape[0] or any(b < a for a, b in zip(bounds, bounds[1:])):
-        raise ValueError(f"cu_seqlens: expected 0 .. {k.shape[0]} non-decreasing, got {bounds}")
+    if cu_seqlens is None:
+        bounds = [0, k.shape[0]]
+    else:
+        lengths = check_cu_seqlens("cu_seqlens", cu_seqlens, k.shape[0], k.device)
+        bounds = [0, *(sum(lengths[:i + 1]) for i in range(len(lengths)))]
     k64 = k.double()
     out = torch.empty_like(k64)
     means = []

@@ -454,3 +454,39 @@ def test_on_chip_marks_are_cumulative():
     assert list(bench.on_chip_marks()) == ["shared memory", "+ registers", "+ L2: everything"]
     with pytest.raises(ValueError, match="at least one"):
         bench.on_chip_marks({})
+
+
+def test_rates_and_ceilings_refuse_bad_input() -> None:
+    """No ZeroDivisionError, silent NaN/negative rate, MHz-for-GHz slip or uneven grid: each names what it expected."""
+    import math
+    import random
+
+    ms = random.uniform(0.01, 10.0)
+    assert bench.tflops(2e12 * ms * 1e-3, ms) == pytest.approx(2.0)
+    for bad in (0, -ms, float("nan"), float("inf")):  # 0 was a ZeroDivisionError, the rest a rate
+        for fn in (bench.tflops, bench.tbps):
+            with pytest.raises(ValueError, match="ms: expected a finite number > 0"):
+                fn(1e12, bad)
+    intensity = random.uniform(1.0, 1e3)
+    assert bench.roofline_tflops(intensity, 1979.0, 4.8) == min(1979.0, 4.8 * intensity)
+    for args in ((float("nan"), 1979.0, 4.8), (-intensity, 1979.0, 4.8), (intensity, 1979.0, float("nan"))):
+        with pytest.raises(ValueError, match="expected a finite number > 0"):  # NaN gave the peak, -x a negative
+            bench.roofline_tflops(*args)
+    ghz = random.uniform(1.0, 2.0)
+    assert bench.mma_peak_tflops(clock_ghz=ghz) == pytest.approx(132 * ghz * 8192 / 1e3)
+    for fn in (lambda c: bench.mma_peak_tflops(clock_ghz=c), lambda c: bench.exp2_ceiling_tflops(128, clock_ghz=c)):
+        for bad in (1980.0, 0.0, float("nan")):  # 1980 (MHz) gave 2.1 million TFLOP/s
+            with pytest.raises(ValueError, match="clock_ghz: expected GHz"):
+                fn(bad)
+    with pytest.raises(ValueError, match="head_dim: expected an int >= 1"):
+        bench.exp2_ceiling_tflops(0)
+    for bad in (float("nan"), -1e6):  # were 0.0 bytes held
+        with pytest.raises(ValueError, match="x_bytes > 0"):
+            bench.held_for(bad, 0.85)
+    with pytest.raises(ValueError, match="batch: expected an int >= 0"):
+        bench.attention_flops(-1, 128, 128, 8, 64, False)
+    with pytest.raises(ValueError, match="seqlen: expected an int >= 0"):
+        bench.attention_bytes(1, -128, 8, 8, 64)
+    with pytest.raises(ValueError, match=r"divide tokens=16384 .*\[3000\]"):  # was 5 x 3000 = 15000 tokens
+        bench.bench_grid(seqlens=(4096, 3000))
+    assert all(c.tokens == 16384 for c in bench.bench_grid()) and not math.isnan(bench.held_for(1e8, 0.85))

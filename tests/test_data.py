@@ -76,3 +76,29 @@ def test_bad_arguments():
         make_qkv("sinks", outlier_level=3.0)
     with pytest.raises(TypeError, match="floating"):
         make_qkv(dtype=torch.int32)
+
+
+def test_options_are_checked_by_name_and_range() -> None:
+    """A negative count (n_sinks=-1 scaled every token but the last), NaN, or a knob of another distribution
+    is refused, naming the knob and what it takes."""
+    seed = int(torch.randint(0, 2**31, ()))
+    kw = dict(seqlen_q=8, heads_q=2, head_dim=16, seed=seed)
+    _, k, _ = make_qkv("sinks", n_sinks=3, sink_scale=30.0, **kw)
+    _, k0, _ = make_qkv("normal", **kw)
+    assert torch.equal(k[:, :3], k0[:, :3] * 30) and torch.equal(k[:, 3:], k0[:, 3:])
+    for name, opts, err, match in (
+        ("sinks", dict(n_sinks=-1), ValueError, "n_sinks: expected an int >= 0"),
+        ("outlier_channels", dict(n_channels=-1), ValueError, "n_channels: expected an int >= 0"),
+        ("outlier_channels", dict(n_channels=1.5), ValueError, "n_channels: expected an int"),
+        ("fa3_outliers", dict(outlier_prob=float("nan")), ValueError, r"outlier_prob: expected a finite number in \[0, 1\]"),
+        ("fa3_outliers", dict(outlier_prob=2.0), ValueError, "outlier_prob"),
+        ("head_ranges", dict(head_range_log2=float("inf")), ValueError, "head_range_log2"),
+        ("normal", dict(outlier_prob=0.1), TypeError, r"normal: unexpected options \['outlier_prob'\]; it takes none"),
+        ("sinks", dict(foo=1), TypeError, r"sinks: unexpected options \['foo'\]; expected some of \['n_sinks'"),
+    ):
+        with pytest.raises(err, match=match):
+            make_qkv(name, **kw, **opts)
+    with pytest.raises(TypeError, match="dtype must be a floating-point torch.dtype, got 'float32'"):
+        make_qkv(dtype="float32", **kw)
+    with pytest.raises(ValueError, match=r"shape: expected \(batch, seqlen, heads, head_dim\)"):
+        sample("normal", (1, 8, 16))

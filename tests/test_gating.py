@@ -299,3 +299,22 @@ def test_flash_attn_version_rows_follow_the_rule():
     assert "Blackwell" in table[("B200", "3")]["why"] and "overrides" in table[("H100", "2")]["why"]
     with pytest.raises(ValueError, match="expected None, 2 or 3"):
         gating.flash_attn_version_rows({"H100": HOPPER}, ALL, overrides=(4,))
+
+
+def test_bad_requests_and_devices_are_refused() -> None:
+    """A head dim that is not a positive int, or a capability that is not a (major, minor) tuple, is named:
+    head_dim -8 and 0 used to pick FA3, 128.5 SDPA, "128" and Device(9) crashed in a comparison."""
+    import random
+
+    d = random.choice((64, 128, 256))
+    assert decide(HOPPER, {"fa3-fwd", "sdpa"}, Request("bf16", d), env=NO_ENV).label() == "fa3:fa3-fwd"
+    for bad in (-8, 0, 128.5, "128", True):
+        with pytest.raises(ValueError, match="head_dim: expected an int >= 1"):
+            Request("bf16", bad)
+    with pytest.raises(ValueError, match="head_dim_v: expected an int >= 1"):
+        Request("bf16", d, head_dim_v=0)
+    for bad in (9, (9,), "9.0", [9, 0], (9, -1), (9.0, 0)):
+        with pytest.raises(ValueError, match=r"capability: expected None \(the CPU\) or a \(major, minor\)"):
+            Device(bad)
+        with pytest.raises(ValueError, match="capability: expected"):
+            flash_attn_version(bad, ALL, NO_ENV)

@@ -106,3 +106,10 @@ def test_ulps_apart_counts_representable_values(dtype):
         ulps_apart(x.float(), x.float())
     with pytest.raises(ValueError, match="one shape"):
         ulps_apart(x, x[:5])
+
+
+def test_ulps_apart_names_a_non_tensor() -> None:
+    x = torch.randn(4).bfloat16()
+    assert int(ulps_apart(x, x).max()) == 0
+    with pytest.raises(TypeError, match="ref: expected a bfloat16 or float16 torch.Tensor, got list"):
+        ulps_apart(x, [1.0] * 4)

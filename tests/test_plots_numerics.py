@@ -56,3 +56,18 @@ def test_amax_scale_table_needs_a_finite_nonzero_amax(bad: torch.Tensor) -> None
     sweep = plots.scale_sweep_frame(torch.ones(4), ["e4m3fn"], range(-2, 3))
     with pytest.raises(ValueError, match="finite, nonzero amax"):
         plots.amax_scale_table(bad, sweep)
+
+
+def test_single_format_names_codes_and_degenerate_x_are_checked() -> None:
+    """One format name is one format (not its letters); codes outside 0..255 were wrapped to another code's
+    value; an all-zero or NaN x gave a sweep of NaN."""
+    assert list(plots.format_table("e4m3fn").index) == ["e4m3fn"]
+    assert set(plots.value_grid_frame("e5m2")["format"]) == {"e5m2"}
+    for bad in ([256], [-1], [1.5]):
+        with pytest.raises(ValueError, match=r"codes: expected 8-bit codes, ints in 0..255"):
+            plots.code_table("e4m3fn", bad)
+    x = torch.randn(64, generator=torch.Generator().manual_seed(int(torch.randint(0, 2**31, ()))))
+    assert plots.scale_sweep_frame(x, "e4m3fn", range(0, 2))["rel_l2"].notna().all()
+    for bad in (torch.zeros(8), torch.tensor([1.0, math.nan]), torch.zeros(0)):
+        with pytest.raises(ValueError, match="x needs finite values, not all zero"):
+            plots.scale_sweep_frame(bad, ["e4m3fn"], range(0, 2))

@@ -578,3 +578,16 @@ def test_h200_first_round_after_idle_is_fast():
     idle, loaded = bias.iloc[1], bias.iloc[0]
     assert idle["round 1"] > 1.0 > idle[["round 2", "round 3", "round 4", "round 5"]].max()  # fast first, then slow
     assert loaded["round 1"] < 1.0 < idle["round 1"]
+
+
+def test_missing_columns_are_named() -> None:
+    """A frame without the columns a table reads gets a ValueError naming them, not a pandas KeyError."""
+    grid = pd.DataFrame(dict(case=["a", "a"], provider=["fp8lab", "fa3-fwd FP8"], tflops=[random.random(), 1.0]))
+    with pytest.raises(ValueError, match=r"grid_all: expected columns \['version', 'tflops'\], missing \['version'\]"):
+        records.grid_rows(grid, "v1")
+    with pytest.raises(ValueError, match=r"missing \['tflops'\]"):
+        records.provider_table(grid.drop(columns="tflops"))
+    with pytest.raises(ValueError, match=r"missing \['head_dim', 'seqlen', 'causal'\]"):
+        records.target_table(grid)
+    with pytest.raises(TypeError, match="expected a pandas DataFrame, got list"):
+        records.fastest_kernel([])

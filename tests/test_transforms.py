@@ -93,3 +93,23 @@ def test_smooth_k_varlen_per_sequence():
     torch.testing.assert_close(attention_exact(q, ks, v, **kw), attention_exact(q, k, v, **kw), rtol=1e-12, atol=1e-12)
     with pytest.raises(ValueError, match="cu_seqlens"):
         smooth_k(k, cu_seqlens=torch.tensor([0, 10, 50], dtype=torch.int32))
+
+
+def test_bad_inputs_name_what_they_expected() -> None:
+    """head_dim (not block_size) is blamed for a bad head dim; cu_seqlens is checked as FA3's (an empty or
+    float one crashed, one beside a batched k was ignored); an empty batched k gives a zero mean, not NaN."""
+    with pytest.raises(ValueError, match="head_dim: expected an int >= 1, got 0"):
+        incoherence_matrix(0)
+    with pytest.raises(ValueError, match="n must be a positive int, got True"):
+        hadamard_matrix(True)
+    k = torch.randn(10, 2, 8)
+    for cu, err in ((torch.tensor([], dtype=torch.int32), ValueError), (torch.tensor([0.0, 10.0]), TypeError),
+                    ([0, 10], TypeError)):
+        with pytest.raises(err, match="cu_seqlens: expected"):
+            smooth_k(k, cu_seqlens=cu)
+    with pytest.raises(ValueError, match="cu_seqlens: a batched k"):
+        smooth_k(k[None], cu_seqlens=torch.tensor([0, 10], dtype=torch.int32))
+    ks, mean = smooth_k(torch.randn(2, 0, 3, 8))
+    assert ks.shape == (2, 0, 3, 8) and mean.shape == (2, 1, 3, 8) and not mean.any()
+    with pytest.raises(TypeError, match="x: expected a floating-point torch.Tensor, got torch.int64"):
+        rotate(torch.ones(2, 4, dtype=torch.int64), hadamard_matrix(4))

@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from typing import Iterable, Mapping
 
 from fp8lab import env as fp8lab_env
+from fp8lab.layout import check_count
 
 __all__ = [
     "BACKENDS",
@@ -68,6 +69,17 @@ FP8_FALLBACKS = ("error", "dequantize")
 
 
 
+def _check_capability(capability: object) -> None:
+    """None (the CPU) or a (major, minor) tuple of two ints >= 0, as torch.cuda.get_device_capability gives."""
+    if capability is None:
+        return
+    ok = (isinstance(capability, tuple) and len(capability) == 2
+          and all(isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in capability))
+    if not ok:
+        raise ValueError(f"capability: expected None (the CPU) or a (major, minor) tuple of ints such as (9, 0), "
+                         f"got {capability!r}")
+
+
 def architecture(capability: tuple[int, int] | None) -> str:
     """NVIDIA architecture name for a compute capability ("CPU" for None)."""
     if capability is None:
@@ -85,6 +97,9 @@ class Device:
 
     capability: tuple[int, int] | None = None
     name: str = ""
+
+    def __post_init__(self) -> None:
+        _check_capability(self.capability)
 
     @property
     def is_cuda(self) -> bool:
@@ -117,6 +132,9 @@ class Request:
             raise ValueError(f"dtype: expected one of {DTYPES}, got {self.dtype!r}")
         if self.fp8_fallback not in FP8_FALLBACKS:
             raise ValueError(f"fp8_fallback: expected one of {FP8_FALLBACKS}, got {self.fp8_fallback!r}")
+        check_count("head_dim", self.head_dim, 1)
+        if self.head_dim_v is not None:
+            check_count("head_dim_v", self.head_dim_v, 1)
 
     @property
     def dv(self) -> int:
@@ -382,6 +400,7 @@ def flash_attn_version(
 ) -> tuple[int | None, list[str]]:
     """vLLM's `get_flash_attn_version` for fp8lab: the FA version to use (None = none) and notes on why."""
     env = os.environ if env is None else env
+    _check_capability(capability)
     available = set(available)
     notes: list[str] = []
     if capability is None:

@@ -9,6 +9,7 @@ figure is drawn from, so a notebook can show the numbers beside the plot.
 from __future__ import annotations
 
 import math
+import numbers
 from typing import Iterable, Sequence
 
 import matplotlib.pyplot as plt
@@ -42,7 +43,11 @@ FormatLike = str | FP8Format | torch.dtype
 ELEMENT_FORMATS: tuple[str, ...] = tuple(n for n, f in formats.FORMATS.items() if f.mantissa_bits > 0)
 
 
-def _formats(fmts: Iterable[FormatLike] | None, default: Iterable[str] = tuple(formats.FORMATS)) -> list[FP8Format]:
+def _formats(fmts: Iterable[FormatLike] | FormatLike | None, default: Iterable[str] = tuple(formats.FORMATS)
+             ) -> list[FP8Format]:
+    """The formats named by `fmts` (a list of them, or one: "e4m3fn" is one format, not five letters)."""
+    if isinstance(fmts, (str, FP8Format, torch.dtype)):
+        fmts = [fmts]
     return [formats.get_format(f) for f in (fmts if fmts is not None else default)]
 
 
@@ -88,6 +93,9 @@ def code_table(fmt: FormatLike, codes: Sequence[int] | None = None) -> pd.DataFr
     """Bit fields and value of each code (all 256 by default): code, bits, sign, exponent, mantissa, value."""
     f = formats.get_format(fmt)
     codes = list(range(256)) if codes is None else list(codes)
+    bad = [c for c in codes if isinstance(c, bool) or not isinstance(c, numbers.Integral) or not 0 <= c <= 255]
+    if bad:
+        raise ValueError(f"codes: expected 8-bit codes, ints in 0..255, got {bad[:5]}")
     values = formats.decode(torch.tensor(codes, dtype=torch.int64).to(torch.uint8), f).tolist()
     m, e = f.mantissa_bits, f.exponent_bits
     rows = []
@@ -188,6 +196,9 @@ def scale_sweep_frame(
     """
     x = x.detach().flatten().double().cpu()
     norm = x.norm().item()
+    if not 0 < norm < math.inf:  # all zeros, empty, NaN or inf: every rel_l2 would be NaN
+        raise ValueError(f"scale_sweep_frame: x needs finite values, not all zero, got {x.numel()} values with "
+                         f"L2 norm {norm}")
     rows = []
     for f in _formats(fmts):
         xf = x if f.has_sign else x.abs()
