@@ -429,12 +429,13 @@ def test_fa3_interface_adapters_end_to_end(monkeypatch, provider, module, varlen
     vd = vd.t().contiguous().t()
     kw = dict(cu_seqlens_q=cu(lengths), cu_seqlens_k=cu(lengths)) if varlen else {}
     out, lse = attention(q, k, v, q_descale=qd, k_descale=kd, v_descale=vd, causal=True, backend="fa3",
-                         return_lse=True, **kw)
+                         softmax_scale=0.1, return_lse=True, **kw)  # not head_dim ** -0.5: the scale must get there
     (kind, got), = log
     assert kind == ("varlen" if varlen else "batched")
     assert got["q_descale"] is qd and got["k_descale"] is kd and got["v_descale"] is vd
-    ref = reference.attention_fa3_fp8(q, k, v, qd, kd, vd, causal=True, **kw)
-    assert torch.equal(out, ref.to(torch.bfloat16))
+    ref, ref_lse = reference.attention_fa3_fp8(q, k, v, qd, kd, vd, causal=True, softmax_scale=0.1, return_lse=True,
+                                               **kw)
+    assert torch.equal(out, ref.to(torch.bfloat16)) and torch.equal(lse, ref_lse.float())
 
 
 def test_vllm_package_adapter_is_varlen_with_fa_version(monkeypatch):
@@ -455,32 +456,65 @@ def test_vllm_package_adapter_is_varlen_with_fa_version(monkeypatch):
     pkg.flash_attn_varlen_func = flash_attn_varlen_func
     monkeypatch.setitem(sys.modules, "vllm", types.ModuleType("vllm"))
     monkeypatch.setitem(sys.modules, "vllm.vllm_flash_attn", pkg)
-    q = randn(2, 16, 4, 64, dtype=torch.bfloat16)
-    shape = check_attention_inputs(q, q, q)
+    q, k, v = randn(2, 16, 4, 64, dtype=torch.bfloat16), randn(2, 16, 2, 64, dtype=torch.bfloat16), \
+        randn(2, 16, 2, 64, dtype=torch.bfloat16)
+    shape = check_attention_inputs(q, k, v)
+    want, want_lse = reference.attention_exact(q, k, v, causal=True, softmax_scale=0.1, return_lse=True)
     for prov, version in ((providers.VllmFA3(), 3), (providers.VllmFA2(), 2)):
-        out, lse = prov.run(providers.AttentionCall(q, q, q, shape, False, 0.125, return_lse=True))
+        out, lse = prov.run(providers.AttentionCall(q, k, v, shape, True, 0.1, return_lse=True))
         assert seen["fa_version"] == version and seen["cu"] == [0, 16, 32]
         assert out.shape == q.shape and lse.shape == (2, 4, 16)
-        assert torch.equal(out, reference.attention_exact(q, q, q, softmax_scale=0.125).to(torch.bfloat16))
+        # causal and a scale other than head_dim ** -0.5: both must reach the entry point
+        assert torch.equal(out, want.to(torch.bfloat16)) and torch.equal(lse, want_lse.float())
 
 
 def test_flash_attn_2_adapter(monkeypatch):
+    """flash-attn 2.x's entry points get the call's causal and softmax_scale; a varlen lse padded to
+    (batch, heads, max_seqlen_q), as flash-attn < 2.4 returns it, comes back packed (heads, total)."""
     mod = types.ModuleType("flash_attn")
     mod.__version__ = "2.7.4"
+    pad_lse = [False]
 
     def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
                         alibi_slopes=None, deterministic=False, return_attn_probs=False):
         o, l = reference.attention_exact(q, k, v, causal=causal, softmax_scale=softmax_scale, return_lse=True)
         return o.to(q.dtype), l.float(), None
 
-    mod.flash_attn_func = flash_attn_func
+    def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p=0.0,
+                               softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
+                               deterministic=False, return_attn_probs=False, block_table=None):
+        o, l = reference.attention_exact(q, k, v, causal=causal, softmax_scale=softmax_scale, cu_seqlens_q=cu_seqlens_q,
+                                         cu_seqlens_k=cu_seqlens_k, return_lse=True)
+        if pad_lse[0]:  # NaN past each sequence's end: none of it may come back
+            starts, lens = cu_seqlens_q[:-1].tolist(), cu_seqlens_q.diff().tolist()
+            padded = torch.full((len(lens), l.shape[0], max_seqlen_q), float("nan"), dtype=l.dtype)
+            for b, (s, n) in enumerate(zip(starts, lens)):
+                padded[b, :, :n] = l[:, s:s + n]
+            l = padded
+        return o.to(q.dtype), l.float(), None
+
+    mod.flash_attn_func, mod.flash_attn_varlen_func = flash_attn_func, flash_attn_varlen_func
     monkeypatch.setitem(sys.modules, "flash_attn", mod)
     monkeypatch.setattr(providers.importlib.util, "find_spec", lambda name: object())
     assert providers.FlashAttn2().probe() == (True, "flash_attn 2.7.4")
-    q = randn(1, 16, 2, 64, dtype=torch.float16)
-    out, lse = providers.FlashAttn2().run(providers.AttentionCall(q, q, q, check_attention_inputs(q, q, q), True, 0.1,
+    q, k, v = randn(1, 16, 4, 64, dtype=torch.float16), randn(1, 16, 2, 64, dtype=torch.float16), \
+        randn(1, 16, 2, 64, dtype=torch.float16)
+    out, lse = providers.FlashAttn2().run(providers.AttentionCall(q, k, v, check_attention_inputs(q, k, v), True, 0.1,
                                                                   return_lse=True))
-    assert lse.shape == (1, 2, 16) and out.dtype == torch.float16
+    want, want_lse = reference.attention_exact(q, k, v, causal=True, softmax_scale=0.1, return_lse=True)
+    assert out.dtype == torch.float16 and torch.equal(out, want.to(torch.float16))
+    assert lse.shape == (1, 4, 16) and torch.equal(lse, want_lse.float())
+    lens = [7, 13]
+    q, k, v = randn(20, 4, 64, dtype=torch.float16), randn(20, 2, 64, dtype=torch.float16), \
+        randn(20, 2, 64, dtype=torch.float16)
+    kw = dict(cu_seqlens_q=cu(lens), cu_seqlens_k=cu(lens))
+    want, want_lse = reference.attention_exact(q, k, v, causal=True, softmax_scale=0.1, return_lse=True, **kw)
+    for pad_lse[0] in (False, True):
+        call = providers.AttentionCall(q, k, v, check_attention_inputs(q, k, v, **kw), True, 0.1, return_lse=True,
+                                       max_seqlen_q=13, max_seqlen_k=13, **kw)
+        out, lse = providers.FlashAttn2().run(call)
+        assert torch.equal(out, want.to(torch.float16)), pad_lse
+        assert lse.shape == (4, 20) and torch.equal(lse, want_lse.float()), pad_lse
 
 
 def test_every_provider_has_an_adapter_and_a_probe_that_answers():

@@ -130,6 +130,12 @@ def test_clock_log_joined_to_stamped_timings(tmp_path):
     assert timed["sm_mhz"].tolist() == [1700, 1980] and timed["power_capped"].tolist() == [1.0, 0.0]
     wide = bench.clocks_while_timed(rows, log, pad_s=0.5)
     assert wide["sm_mhz"].iloc[0] == (1980 + 1700 + 1760) / 3
+    # the second row's wide window holds the idle sample (345 MHz, 79 W) at 14:00:00.000 too: left out
+    assert wide["sm_mhz"].iloc[1] == (1980 + 1700) / 2 and wide["power_w"].iloc[1] == 699.0
+    ends = pd.DataFrame({"started_at": ["2026/11/30 14:00:00.500", "2026/11/30 13:59:59.900"],
+                         "ended_at": ["2026/11/30 14:00:01.000", "2026/11/30 14:00:00.100"]})
+    both = bench.clocks_while_timed(ends, log, pad_s=0.0)  # samples on the window's ends count
+    assert both["sm_mhz"].iloc[0] == (1980 + 1700) / 2 and both[["sm_mhz", "power_w"]].iloc[1].isna().all()  # idle only
     with pytest.raises(ValueError, match="started_at"):
         bench.clocks_while_timed(rows.drop(columns="ended_at"), log)
 
@@ -226,6 +232,9 @@ def test_median_over_rounds():
         r, s = out[key], sorted(ts)
         mid = s[len(s) // 2] if len(s) % 2 else (s[len(s) // 2 - 1] + s[len(s) // 2]) / 2
         assert r["tflops"] == pytest.approx(mid) and r["rounds"] == len(ts) and r["head_dim"] == 64
+        ms = sorted(1e3 / t for t in ts)  # the median time, not the time of one round
+        mid_ms = ms[len(ms) // 2] if len(ms) % 2 else (ms[len(ms) // 2 - 1] + ms[len(ms) // 2]) / 2
+        assert r["ms"] == pytest.approx(mid_ms)
         assert (r["tflops_min"], r["tflops_max"]) == (s[0], s[-1])
         assert not {"round", "position", "started_at", "ended_at"} & set(r)
     assert bench.ratio_table(list(out.values()), "a", "b")[0]["ratio"] == pytest.approx(out[("x", "a")]["tflops"]

@@ -20,10 +20,14 @@ def test_rounding_summary_by_rounding_and_format() -> None:
     assert (by_both.xs("nearest", level="rounding").max_abs_error_ulps <= 0.5).all()
     assert (by_both.xs("stochastic", level="rounding").max_abs_error_ulps < 1).all()
     assert (by_both.xs("stochastic", level="rounding").max_abs_error_ulps > 0.5).all()  # SR errs beyond half a ulp
-    for fmt in ("e4m3fn", "e5m2"):  # the RMS relative error, by hand
+    for fmt in ("e4m3fn", "e5m2"):  # the RMS relative error and the bias in ulps, by hand
         q = formats.quantize(x, fmt)
         rms = math.sqrt((((q - x) / x.abs()) ** 2).mean().item())
         assert by_both.loc[(fmt, "nearest"), "rms_rel_error"] == pytest.approx(rms, rel=1e-12)
+        bias = ((q - x) / formats.ulp(x, fmt)).mean().item()
+        assert by_both.loc[(fmt, "nearest"), "mean_error_ulps"] == pytest.approx(bias, rel=1e-12, abs=1e-15)
+    above = plots.rounding_summary(plots.rounding_error_frame(torch.tensor([1.03, 2.06]), ["e4m3fn"]), "format")
+    assert above.loc["e4m3fn", "mean_error_ulps"] == pytest.approx(-0.24)  # both 0.24 ulp above 1.0 and 2.0: signed
     normal = plots.rounding_summary(plots.rounding_error_frame(x[x.abs() > 2**-6], ["e4m3fn", "e5m2"]), "format")
     assert 1.9 < normal.loc["e5m2", "rms_rel_error"] / normal.loc["e4m3fn", "rms_rel_error"] < 2.1  # one bit fewer
 
@@ -32,6 +36,13 @@ def test_amax_scale_table_matches_direct_computation() -> None:
     g = torch.Generator().manual_seed(2)
     x = torch.randn(3, 113, generator=g, dtype=torch.float64) * 7
     sweep = plots.scale_sweep_frame(x, ["e4m3fn", "e5m2"], range(-20, 21))
+    for name, k in (("e4m3fn", -14), ("e4m3fn", 0), ("e5m2", 14), ("e5m2", -20)):  # flushing, inside, saturating
+        f, row = formats.get_format(name), sweep[(sweep.format == name) & (sweep.log2_scale == k)].iloc[0]
+        q = formats.quantize(x * 2.0**k, f, overflow="saturate")
+        assert row["rel_l2"] == pytest.approx(((q / 2.0**k - x).norm() / x.norm()).item(), rel=1e-12)
+        assert row["saturated"] == (q.abs() == f.max).double().mean().item()
+        assert row["flushed"] == (q == 0).double().mean().item()
+    assert sweep["saturated"].max() > 0.5 and sweep["flushed"].max() > 0.5  # both walls are in the sweep
     table = plots.amax_scale_table(x, sweep)
     assert list(table.index) == ["e4m3fn", "e5m2"]
     amax = x.abs().max().item()
