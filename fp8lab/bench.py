@@ -154,7 +154,8 @@ def mma_peak_tflops(sms: int = 132, clock_ghz: float = 1.98, flop_per_clock: int
     """Dense tensor-core peak (a model): `flop_per_clock` per SM per clock, 8192 for FP8 on Hopper
     (4096 for bf16). NVIDIA's datasheet figures are this at 1.83 GHz (1979 FP8, 989 bf16 TFLOP/s);
     compared with `exp2_ceiling_tflops` at the same clock, the two meet at head_dim 128 for FP8."""
-    _check_counts(1, sms=sms, flop_per_clock=flop_per_clock)
+    _check_counts(1, sms=sms)
+    _check_positive(flop_per_clock=flop_per_clock)  # a model's: exp2_ceiling_tflops passes 64 * head_dim
     _check_ghz(clock_ghz)
     return sms * clock_ghz * 1e9 * flop_per_clock / 1e12
 
@@ -165,7 +166,7 @@ def exp2_ceiling_tflops(head_dim: int, sms: int = 132, clock_ghz: float = 1.98, 
     Each score costs one exp2 and 4 * head_dim matmul FLOPs (QK^T and PV). Defaults: H200
     (132 SMs, 1.98 GHz boost), 16 exp2 per clock per SM (CUDA guide, compute capability 9.0).
     """
-    _check_counts(1, head_dim=head_dim, exp2_per_clock=exp2_per_clock)
+    _check_positive(head_dim=head_dim, exp2_per_clock=exp2_per_clock)  # a balance point may be fractional
     return mma_peak_tflops(sms, clock_ghz, exp2_per_clock * 4 * head_dim)  # FLOPs the exp2s of a clock allow
 
 

@@ -487,8 +487,11 @@ def test_rates_and_ceilings_refuse_bad_input() -> None:
         for bad in (1980.0, 0.0, float("nan")):  # 1980 (MHz) gave 2.1 million TFLOP/s
             with pytest.raises(ValueError, match="clock_ghz: expected GHz"):
                 fn(bad)
-    with pytest.raises(ValueError, match="head_dim: expected an int >= 1"):
+    with pytest.raises(ValueError, match="head_dim: expected a finite number > 0"):
         bench.exp2_ceiling_tflops(0)
+    balance = bench.exp2_balance_head_dim(flop_per_clock=4096)  # a float: the model takes fractional head dims
+    assert bench.exp2_ceiling_tflops(balance, clock_ghz=ghz) == pytest.approx(
+        bench.mma_peak_tflops(clock_ghz=ghz, flop_per_clock=4096))
     for bad in (float("nan"), -1e6):  # were 0.0 bytes held
         with pytest.raises(ValueError, match="x_bytes > 0"):
             bench.held_for(bad, 0.85)
