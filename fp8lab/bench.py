@@ -335,6 +335,8 @@ def parse_case(label: str) -> AttentionCase:
     (batch x seqlen x heads_q[/heads_kv] x head_dim): the inverse of `AttentionCase.label`."""
     import re
 
+    if not isinstance(label, str):
+        raise TypeError(f"case label: expected a str such as '2x8192x32x128 causal', got {type(label).__name__} {label!r}")
     m = re.fullmatch(r"(\d+)x(\d+)x(\d+)(?:/(\d+))?x(\d+)( causal)?", label)
     if m is None:
         raise ValueError(f"case label: expected 'BxSxH[/Hkv]xD[ causal]', e.g. '2x8192x32x128 causal', got {label!r}")
@@ -707,6 +709,8 @@ def ratio_table(rows: list[dict], ours: str, against: str, value: str = "tflops"
     for c in cases:
         if (c, ours) in by and (c, against) in by:
             a, b = by[(c, ours)], by[(c, against)]
+            if not b > 0:  # a provider that ran at 0 (or NaN) TFLOP/s has no ratio to take
+                raise ValueError(f"{c}: expected {against}'s {value} > 0 to compare {ours} with, got {b!r}")
             out.append({"case": c, ours: a, against: b, "ratio": a / b})
     return out
 

@@ -182,6 +182,10 @@ def drift_series(
 
     Returns `(tensors, stds)`; used to show how delayed scaling lags a changing range.
     """
+    check_count("steps", steps)
+    for name, v in (("start", start), ("growth", growth), *((f"jumps[{t}]", f) for t, f in (jumps or {}).items())):
+        if isinstance(v, bool) or not isinstance(v, numbers.Real) or not 0 < v < math.inf:
+            raise ValueError(f"{name}: expected a finite scale factor > 0, got {v!r}")
     gen = torch.Generator().manual_seed(seed)
     jumps = jumps or {}
     scale, out, stds = start, [], []

@@ -121,7 +121,9 @@ def ulps_apart(x: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:
     """Elementwise, how many representable values apart x and ref are (0: the same value; -0.0 and
     +0.0 count as one), for two bfloat16 or float16 tensors of the same shape and dtype. int64.
 
-    "The same bits up to summation order" reads `ulps_apart(out, ref).max() <= 1`.
+    "The same bits up to summation order" reads `ulps_apart(out, ref).max() <= 1`. NaN and ±inf
+    are counted by their bit patterns like any value (two NaNs with the same bits are 0 apart), so
+    where NaN matters, check for it on its own.
     """
     for name, t in (("x", x), ("ref", ref)):
         if not isinstance(t, torch.Tensor):

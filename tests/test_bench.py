@@ -64,6 +64,8 @@ def test_results_round_trip_with_context(tmp_path):
     assert (tmp_path / "r.csv").read_text().splitlines()[0] == "case,provider,tflops"
     table = bench.ratio_table(rows, "fp8lab", "fa3-fwd FP8")
     assert table == [{"case": "a", "fp8lab": 700.0, "fa3-fwd FP8": 875.0, "ratio": 0.8}]
+    with pytest.raises(ValueError, match="a: expected fa3-fwd FP8's tflops > 0 .* got 0.0"):  # was ZeroDivisionError
+        bench.ratio_table([*rows[:1], {**rows[1], "tflops": 0.0}], "fp8lab", "fa3-fwd FP8")
     (tmp_path / "bad.json").write_text(json.dumps({"rows": []}))
     with pytest.raises(ValueError, match="context"):
         bench.load_results(tmp_path / "bad.json")
@@ -442,6 +444,8 @@ def test_parse_case_inverts_label():
         bench.parse_case("2x8192x32")
     with pytest.raises(ValueError, match="heads_q must be a multiple"):
         bench.parse_case("2x8192x32/12x128")
+    with pytest.raises(TypeError, match="case label: expected a str .* got int 123"):
+        bench.parse_case(123)
 
 
 @pytest.mark.parametrize("args, match", [

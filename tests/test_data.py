@@ -56,6 +56,10 @@ def test_sample_and_drift_series():
     measured = [x.double().std().item() for x in xs]
     # 4096 draws each: the sample std lies within 1.2 % (1 sigma) of the true one; 5 % is over 4 sigma
     assert measured == pytest.approx(stds, rel=0.05)
+    for kw, match in ((dict(steps=-3), "steps: expected an int >= 0"), (dict(growth=0.0), "growth: expected a finite"),
+                      (dict(start=float("nan")), "start: expected a finite"), (dict(jumps={2: -1.0}), r"jumps\[2\]")):
+        with pytest.raises(ValueError, match=match):  # -3 steps gave empty lists; a 0 or NaN scale, zeros or NaN
+            drift_series(**{"steps": 4, "shape": (1, 4, 1, 8), **kw})
 
 
 def test_numpy_sizes_are_counts():

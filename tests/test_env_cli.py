@@ -34,9 +34,12 @@ def test_unknown_command(capsys):
     assert "unknown command 'frobnicate'" in capsys.readouterr().err
 
 
-def test_entry_point_runs():
-    out = subprocess.run([sys.executable, "-m", "fp8lab.cli", "notebooks", "list"], capture_output=True, text=True, check=True)
+@pytest.mark.parametrize("module", ["fp8lab.cli", "fp8lab"])
+def test_entry_point_runs(module):
+    out = subprocess.run([sys.executable, "-m", module, "notebooks", "list"], capture_output=True, text=True, check=True)
     assert all(name in out.stdout for name in ("00_quickstart", "08_triton_fp8_attention", "09_gluon_fa3_kernel"))
+    bad = subprocess.run([sys.executable, "-m", module, "frobnicate"], capture_output=True, text=True)
+    assert bad.returncode == 2 and "unknown command 'frobnicate'" in bad.stderr
 
 
 @pytest.mark.parametrize("argv", [["notebooks", "run", "55"], ["notebooks", "sync", "--check", "99"],
