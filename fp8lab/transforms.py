@@ -27,6 +27,7 @@ This holds for causal and varlen masks too, since the shift is per row.
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 
 import torch
@@ -185,7 +186,7 @@ def smooth_k(k: torch.Tensor, *, cu_seqlens: torch.Tensor | None = None) -> tupl
         bounds = [0, k.shape[0]]
     else:
         lengths = check_cu_seqlens("cu_seqlens", cu_seqlens, k.shape[0], k.device)
-        bounds = [0, *(sum(lengths[:i + 1]) for i in range(len(lengths)))]
+        bounds = [0, *itertools.accumulate(lengths)]
     k64 = k.double()
     out = torch.empty_like(k64)
     means = []
