@@ -131,10 +131,11 @@ def _check_counts(least: int = 0, **counts: object) -> None:
 
 
 def _check_positive(**values: object) -> None:
-    """Each of `values` a finite real number > 0 (NaN, inf, 0 and negatives fail), else ValueError naming it."""
+    """Each of `values` a finite real number > 0 (`layout.check_positive`), else ValueError naming it."""
+    from fp8lab.layout import check_positive
+
     for name, v in values.items():
-        if isinstance(v, bool) or not isinstance(v, numbers.Real) or not 0 < v < math.inf:
-            raise ValueError(f"{name}: expected a finite number > 0, got {v!r}")
+        check_positive(name, v)
 
 
 def _check_ghz(clock_ghz: object) -> None:

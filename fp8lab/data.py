@@ -23,7 +23,7 @@ from collections.abc import Callable
 
 import torch
 
-from fp8lab.layout import check_count
+from fp8lab.layout import check_count, check_positive
 
 __all__ = ["DISTRIBUTIONS", "make_qkv", "sample", "drift_series", "head_factors"]
 
@@ -184,8 +184,7 @@ def drift_series(
     """
     check_count("steps", steps)
     for name, v in (("start", start), ("growth", growth), *((f"jumps[{t}]", f) for t, f in (jumps or {}).items())):
-        if isinstance(v, bool) or not isinstance(v, numbers.Real) or not 0 < v < math.inf:
-            raise ValueError(f"{name}: expected a finite scale factor > 0, got {v!r}")
+        check_positive(name, v)
     gen = torch.Generator().manual_seed(seed)
     jumps = jumps or {}
     scale, out, stds = start, [], []

@@ -29,6 +29,7 @@ __all__ = [
     "check_flag",
     "check_folded_scale",
     "check_max_offset",
+    "check_positive",
     "check_softmax_scale",
     "sequences",
 ]
@@ -176,6 +177,13 @@ def check_count(name: str, value: object, least: int = 0) -> int:
     if isinstance(value, bool) or n is None or n < least:
         raise ValueError(f"{name}: expected an int >= {least}, got {value!r}")
     return n
+
+
+def check_positive(name: str, value: object) -> float:
+    """A finite real number > 0 (not a bool; NaN, inf, 0 and negatives fail), else ValueError naming it."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 < value < math.inf:
+        raise ValueError(f"{name}: expected a finite number > 0, got {value!r}")
+    return float(value)
 
 
 def check_attention_inputs(
