@@ -50,6 +50,7 @@ __all__ = [
     "live_table",
     "power_by_head_dim",
     "prepared_overhead",
+    "probe_ranges",
     "provider_across_runs",
     "provider_table",
     "quant_default_rows",
@@ -569,6 +570,21 @@ def quant_before(paths: Iterable[str | Path]) -> pd.DataFrame:
     for mode in dict.fromkeys(added.index.get_level_values("mode")):
         out[mode] = pd.Series({key: span(lo, hi, "{:+.1f}", " to ") for key, (lo, hi) in added.loc[mode].iterrows()})
     return out
+
+
+def probe_ranges(path: str | Path, value: str = "frac_copy_graph") -> tuple[pd.DataFrame, bool]:
+    """A settings probe's record (`probe_quant_buffers.py`, `probe_quant_claims.py`: rows of shape,
+    setting, rep, `value` and same_bits): per shape (rows) and setting (columns), both in the
+    record's order, "lo-hi" of `value` over the rounds (3 decimals); and whether every row gave two
+    passes' bits."""
+    rows = pd.DataFrame(load_results(path)["rows"])
+    _need(rows, ["shape", "setting", value, "same_bits"], f"{path}: a settings probe's rows")
+    spans = rows.groupby(["shape", "setting"], sort=False)[value].agg(["min", "max"])
+    text = pd.Series([f"{lo:.3f}" if f"{lo:.3f}" == f"{hi:.3f}" else f"{lo:.3f}-{hi:.3f}"
+                      for lo, hi in spans.to_numpy()], index=spans.index)
+    table = text.unstack("setting")
+    order = list(dict.fromkeys(rows["setting"]))
+    return table.loc[list(dict.fromkeys(rows["shape"])), order].rename_axis(None, axis=1), bool(rows["same_bits"].all())
 
 
 # ---------------------------------------------------------------------------

@@ -526,6 +526,27 @@ record("v22_quant_profile", {shape: {k: float(v) for k, v in col.dropna().items(
 profile
 
 # %% [markdown]
+# With parts dealt round-robin, program p holds part p of every slice, so each slice of one long
+# sequence waits for the slowest of 128 programs. FA3 hands its tiles out through an atomic counter
+# instead (`attention_ws`, v20), so that a faster SM takes more of them. v37 built that here: each
+# loader claims the launch's next part when a buffer frees (`results/h200/run33/call1/claims.patch`).
+# Fractions of copy, lowest-highest over 3 rounds (`records.probe_ranges`), with "claimed" also
+# run on 128 programs and with a seventh buffer:
+
+# %%
+claims, claims_bits = records.probe_ranges(rdir / "run33" / "call1" / "bench_v37_quant_claims.json")
+record("v37_claims", {"bits": claims_bits, **claims.to_dict(orient="index")})
+claims
+
+# %% [markdown]
+# Claimed, the 128 MiB runs at 0.65-0.66 of the copy at every split, where the dealt kernel gains
+# 6-7 points from one sequence to four. A time that ignores the split is set by something else: the
+# 4096 claims, each an atomic on one address, one after another (17-19 ns each, kernel-notes v37).
+# A counter suits FA3's tiles, which take microseconds of MMAs each, not 32 KiB parts that an SM
+# streams through in about 2 us. The dealt kernel stays, and this experiment cannot say whether slow
+# programs cost it anything.
+
+# %% [markdown]
 # ### (e.3) Two passes, the second one backwards (v23)
 #
 # Where a slice does not fit (per tensor beyond the chip, per head where a slice is too long),

@@ -258,6 +258,10 @@ def test_performance_record(executed_notebooks):
     assert len(ratios) == 18 and all(0.3 < r < 1.5 for r in ratios.values())
     clock = f["v19_mean_sm_mhz"]  # the power limit: full clock at head dim 64, less at 256
     assert clock["head_dim 64"] > 1950 > 1850 > clock["head_dim 256"]
+    claims = f["v37_claims"]  # (e.2) v37: claimed parts are paced by the counter, below dealt at every split
+    assert claims["bits"] is True
+    for split in ("1x16384", "2x8192", "4x4096"):
+        assert float(claims[split]["claimed"].split("-")[-1]) < 0.7 < float(claims[split]["dealt (plan)"].split("-")[0])
     prof = f["v22_quant_profile"]  # Nsight Compute: x read once everywhere; one sequence waits longer for landings
     assert all(abs(col["DRAM read (MB)"] - 134.3) < 0.3 for col in prof.values()) and len(prof) == 4
     land = "try-waits per wait for a part to land (amax, waiter)"

@@ -596,3 +596,39 @@ def test_missing_columns_are_named() -> None:
         records.target_table(grid)
     with pytest.raises(TypeError, match="expected a pandas DataFrame, got list"):
         records.fastest_kernel([])
+
+
+def test_probe_ranges_per_shape_and_setting(tmp_path):
+    """Lowest-highest over the rounds, shapes and settings in the record's order, bits all-or-nothing."""
+    rng = random.Random()
+    fracs = {(shape, setting): [rng.uniform(0.5, 1.0) for _ in range(3)] for shape in ("1x8", "4x2") for setting in ("b", "a")}
+    rows = [dict(rep=i, shape=shape, setting=setting, frac_copy_graph=f, same_bits=True)
+            for i in range(3) for (shape, setting), fs in fracs.items() for f in [fs[i]]]
+    bench.write_results(tmp_path / "probe.json", rows, {"gpu": "test"})
+    table, same = records.probe_ranges(tmp_path / "probe.json")
+    assert same and list(table.index) == ["1x8", "4x2"] and list(table.columns) == ["b", "a"]
+    for (shape, setting), fs in fracs.items():
+        assert table.loc[shape, setting] == f"{min(fs):.3f}-{max(fs):.3f}"
+    rows[-1] = dict(rows[-1], same_bits=False, frac_copy_graph=0.25)
+    bench.write_results(tmp_path / "probe.json", [dict(r, frac_copy_graph=0.25) for r in rows], {"gpu": "test"})
+    table, same = records.probe_ranges(tmp_path / "probe.json")
+    assert not same and (table == "0.250").all().all()  # one value over the rounds: no range
+    bench.write_results(tmp_path / "bad.json", [{k: v for k, v in r.items() if k != "setting"} for r in rows], {})
+    with pytest.raises(ValueError, match=r"missing \['setting'\]"):
+        records.probe_ranges(tmp_path / "bad.json")
+
+
+def test_h200_claimed_parts_are_paced_by_the_counter():
+    """v37: parts claimed from one atomic counter run at about the same fraction of copy at every
+    split of 128 MiB, below the dealt plan everywhere but one row; the committed kernel in the same
+    session stays below 0.85 with one sequence."""
+    rdir = env.results_dir() / "run33"
+    claims, same = records.probe_ranges(rdir / "call1" / "bench_v37_quant_claims.json")
+    lo_hi = claims.map(lambda s: [float(v) for v in s.split("-")])
+    splits = ["1x16384", "2x8192", "4x4096"]
+    claimed = [v for row in lo_hi.loc[splits, "claimed"] for v in row]
+    assert same and max(claimed) - min(claimed) < 0.02 and max(claimed) < 0.7
+    for shape in claims.index.drop("1x16384 GQA4"):
+        assert max(lo_hi.loc[shape, "claimed"]) < min(lo_hi.loc[shape, "dealt (plan)"]) - 0.05, shape
+    committed, same = records.probe_ranges(rdir / "call2" / "bench_v37_quant_buffers.json")
+    assert same and 0.78 < float(committed.loc["1x16384", "x6 (plan)"].split("-")[-1]) < 0.85
