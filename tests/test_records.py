@@ -624,11 +624,12 @@ def test_h200_claimed_parts_are_paced_by_the_counter():
     session stays below 0.85 with one sequence."""
     rdir = env.results_dir() / "run33"
     claims, same = records.probe_ranges(rdir / "call1" / "bench_v37_quant_claims.json")
-    lo_hi = claims.map(lambda s: [float(v) for v in s.split("-")])
-    splits = ["1x16384", "2x8192", "4x4096"]
-    claimed = [v for row in lo_hi.loc[splits, "claimed"] for v in row]
+    def lo_hi(shape: str, setting: str) -> list[float]:
+        return [float(v) for v in claims.loc[shape, setting].split("-")]
+
+    claimed = [v for shape in ("1x16384", "2x8192", "4x4096") for v in lo_hi(shape, "claimed")]
     assert same and max(claimed) - min(claimed) < 0.02 and max(claimed) < 0.7
     for shape in claims.index.drop("1x16384 GQA4"):
-        assert max(lo_hi.loc[shape, "claimed"]) < min(lo_hi.loc[shape, "dealt (plan)"]) - 0.05, shape
+        assert max(lo_hi(shape, "claimed")) < min(lo_hi(shape, "dealt (plan)")) - 0.05, shape
     committed, same = records.probe_ranges(rdir / "call2" / "bench_v37_quant_buffers.json")
     assert same and 0.78 < float(committed.loc["1x16384", "x6 (plan)"].split("-")[-1]) < 0.85
