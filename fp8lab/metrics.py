@@ -141,6 +141,9 @@ def ulps_apart(x: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:
 
 def error_table(x: torch.Tensor, ref: torch.Tensor, metrics: tuple[str, ...] | None = None) -> dict[str, float]:
     """Every metric (or the named ones) of x against ref, as {name: float}."""
+    if isinstance(metrics, str):  # iterating "rmse" would ask for metrics 'r', 'm', 's', 'e'
+        raise TypeError(f"metrics: expected a tuple of metric names or None, got the str {metrics!r}; "
+                        f"pass ({metrics!r},)")
     names = tuple(METRICS) if metrics is None else metrics
     unknown = [n for n in names if n not in METRICS]
     if unknown:
@@ -152,7 +155,7 @@ def resolve_metric(metric: str | Callable[..., torch.Tensor | float]) -> Callabl
     """A metric function from its name or itself."""
     if callable(metric):
         return metric
-    if metric not in METRICS:
+    if not isinstance(metric, str) or metric not in METRICS:
         raise ValueError(f"unknown metric {metric!r}; expected one of {tuple(METRICS)}")
     return METRICS[metric]
 

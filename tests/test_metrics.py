@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from fp8lab.formats import cast_to_fp8
-from fp8lab.metrics import METRICS, cosine, error_table, max_abs, rel_l1, rel_l2, rmse, sqnr, ulps_apart
+from fp8lab.metrics import (METRICS, cosine, error_table, max_abs, rel_l1, rel_l2, resolve_metric, rmse, sqnr,
+                            ulps_apart)
 
 
 def test_values_on_a_small_example():
@@ -113,3 +114,13 @@ def test_ulps_apart_names_a_non_tensor() -> None:
     assert int(ulps_apart(x, x).max()) == 0
     with pytest.raises(TypeError, match="ref: expected a bfloat16 or float16 torch.Tensor, got list"):
         ulps_apart(x, [1.0] * 4)
+
+
+def test_metric_names_are_checked_as_names() -> None:
+    ref = torch.randn(8, 2, 4)
+    x = ref + 0.01 * torch.randn(8, 2, 4)
+    assert error_table(x, ref, ("rmse",)) == {"rmse": rmse(x, ref)}
+    with pytest.raises(TypeError, match=r"metrics: expected a tuple of metric names .* pass \('rmse',\)"):
+        error_table(x, ref, "rmse")  # asked for metrics 'r', 'm', 's', 'e'
+    with pytest.raises(ValueError, match=r"unknown metric \['rmse'\]"):
+        resolve_metric(["rmse"])  # was "unhashable type: 'list'"
