@@ -344,6 +344,50 @@ def test_bad_arguments_are_named():
         explain.quant_split_table(shapes, copy_tbps=0)
 
 
+def test_scores_helpers_check_descales_and_the_softmax_scale():
+    """folded_scale_error read the descales before any check (None: "'NoneType' object has no attribute 'double'",
+    one dim: an IndexError); a NaN, zero or negative softmax_scale gave NaN or wrong fractions of P."""
+    gen = torch.Generator().manual_seed(_seed())
+    q, k = _fp8(gen, 1, 37, 4, 16), _fp8(gen, 1, 29, 2, 16)
+    qd, kd = torch.rand(1, 2, generator=gen) + 0.5, torch.rand(1, 2, generator=gen) + 0.5
+    assert explain.folded_scale_error(q, k, qd, kd) < 1e-12
+    assert explain.folded_scale_error(q, k, None, kd) < 1e-12  # None is 1, as everywhere else
+    with pytest.raises(ValueError, match=r"q_descale: expected shape \(batch, heads_kv\) = \(1, 2\), got \(2,\)"):
+        explain.folded_scale_error(q, k, qd[0], kd)
+    for scale in (float("nan"), 0.0, -0.25):
+        with pytest.raises(ValueError, match="softmax_scale: expected"):
+            explain.p_grid_fractions(q, k, qd, kd, softmax_scale=scale)
+
+
+def test_counts_and_records_are_checked_before_use():
+    """Each was a silently odd answer (programs=132.5 gave 30.0 full waves, head_dim 0 or a negative block_n
+    counted 0 or negative registers, every version's repeats in one min/max, an empty frame for a case no grid
+    timed) or a crash further in (randn's "invalid combination of arguments", torch.eye's "must be int")."""
+    rng = random.Random(_seed())
+    b, s, h = rng.randint(1, 4), rng.randint(1, 3000), rng.randint(1, 40)
+    for bad in (dict(programs=132.5), dict(seqlen_q=float(s)), dict(heads=str(h))):
+        sizes = dict(batch=b, seqlen_q=s, heads=h, block_m=128, programs=132) | bad
+        with pytest.raises(ValueError, match=r"expected positive sizes \(ints >= 1\)"):
+            explain.persistent_schedule(**sizes)
+    with pytest.raises(ValueError, match="head_dim: expected an int >= 1, got 0"):
+        explain.consumer_registers(0, 128)
+    with pytest.raises(ValueError, match="block_n: expected an int >= 1, got -64"):
+        explain.consumer_registers(128, -64)
+    with pytest.raises(ValueError, match="head_dim: expected an int >= 1, got '128'"):
+        explain.flush_registers(A.AttentionConfig(), "128")
+    with pytest.raises(ValueError, match="block: expected an int >= 32, got 32.0"):
+        explain.key_ordered_vt_landing(32.0)
+    with pytest.raises(TypeError, match="generator: expected a torch.Generator .* got int"):
+        explain.sink_inputs(1, 4, 8, 2, 2, 16, 4.0, 0)
+    shapes = pd.DataFrame([dict(version=v, kernel="per-token", batch=batch, frac_copy_graph=rng.uniform(0.7, 1.0),
+                                copy_tbps_graph=4.0) for v in ("v18", "v25") for batch in (1, 2)])
+    assert explain.quant_split_table(shapes[shapes["version"] == "v25"]).shape == (1, 4)
+    with pytest.raises(ValueError, match=r"shapes: expected one version's record, got versions \['v18', 'v25'\]"):
+        explain.quant_split_table(shapes)
+    with pytest.raises(ValueError, match="case: expected a case that a grid under .* timed .* got '2x8192x32x255'"):
+        explain.v23_after_compile(env.results_dir(), "2x8192x32x255")
+
+
 # ---------------------------------------------------------------------------------------------
 # The H200's record, where notebook 09's prose quotes it
 

@@ -5,6 +5,7 @@ one-pass delayed-scaling kernel against the reference, and the tuning record rea
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
@@ -17,7 +18,7 @@ from fp8lab.bench import (load_results, long_context_headline, mbarrier_waits, r
                           read_ncu_sass, records_frame)
 from fp8lab.env import triton_interpret
 from fp8lab.formats import cast_to_fp8, get_format
-from fp8lab.layout import check_attention_inputs, check_count
+from fp8lab.layout import check_attention_inputs, check_count, check_softmax_scale
 from fp8lab.kernels import attention as _attention
 from fp8lab.kernels.attention import AttentionConfig, key_order
 from fp8lab.kernels.attention_ws import WsConfig, key_ordered_vt
@@ -48,18 +49,19 @@ def _scores(q, k, q_descale, k_descale, softmax_scale):
     shape = check_attention_inputs(q, k, k, q_descale=q_descale, k_descale=k_descale)
     qd = dequantize(q, q_descale, shape.heads_kv)
     kd = dequantize(k, k_descale, shape.heads_kv).repeat_interleave(shape.group_size, dim=2)
-    scale = shape.head_dim ** -0.5 if softmax_scale is None else softmax_scale
+    scale = check_softmax_scale(softmax_scale, shape.head_dim)  # NaN, 0 or a negative scale: NaN or wrong fractions
     return torch.einsum("bqhd,bkhd->bhqk", qd, kd) * scale
 
 
 def folded_scale_error(q, k, q_descale, k_descale, softmax_scale=None) -> float:
     """Max relative difference between scores computed as FA3 does (raw e4m3 codes, descales
     folded into the scale) and on dequantized inputs: zero up to float64 rounding, because
-    a per-(batch, kv head) descale factors out of every dot product."""
+    a per-(batch, kv head) descale factors out of every dot product. A descale of None is 1."""
+    ref = _scores(q, k, q_descale, k_descale, softmax_scale)  # checks the descales before they are used below
     codes = _scores(q, k, None, None, softmax_scale)
-    folded = codes * (q_descale.double() * k_descale.double()).repeat_interleave(
-        q.shape[2] // k.shape[2], dim=1)[:, :, None, None]
-    ref = _scores(q, k, q_descale, k_descale, softmax_scale)
+    ones = torch.ones(q.shape[0], k.shape[2], device=q.device)
+    qd, kd = (ones if d is None else d for d in (q_descale, k_descale))
+    folded = codes * (qd.double() * kd.double()).repeat_interleave(q.shape[2] // k.shape[2], dim=1)[:, :, None, None]
     return float(((folded - ref).abs().max() / ref.abs().max()).item())
 
 
@@ -117,6 +119,9 @@ def sink_inputs(batch: int, seqlen_q: int, seqlen_k: int, heads_q: int, heads_kv
     """e4m3fn q (batch, seqlen_q, heads_q, head_dim), k, v (batch, seqlen_k, heads_kv, head_dim) for
     unit descales, N(0, 1) but for one dominant key: every query scores key `sink` about `gap` nats
     above a typical key (q's first channel is 2, k's is 0 except that key's, gap * sqrt(head_dim) / 2)."""
+    if generator is not None and not isinstance(generator, torch.Generator):  # a seed: randn's "invalid combination"
+        raise TypeError(f"generator: expected a torch.Generator (e.g. torch.Generator().manual_seed(0)), got "
+                        f"{type(generator).__name__}")
     if not -seqlen_k <= sink < seqlen_k:
         raise ValueError(f"sink: expected a key index in [-{seqlen_k}, {seqlen_k}) (negative from the end), got {sink}")
     q = torch.randn(batch, seqlen_q, heads_q, head_dim, generator=generator)
@@ -327,6 +332,8 @@ def consumer_registers(head_dim: int, block_n: int, consumers: int = 2) -> dict[
     MMA as float32, as e4m3 one byte per register (how a loop-carried e4m3 tensor is held, v11) or
     packed four per word (`pack_p`, v12); `budget` is what `WsConfig` gives each consumer thread.
     Counts of values held, not of what the compiler allocates (temporaries come on top)."""
+    check_count("head_dim", head_dim, 1)
+    check_count("block_n", block_n, 1)
     o, s = 64 * head_dim // 128, 64 * block_n // 128
     return dict(head_dim=head_dim, block_n=block_n, consumers=consumers, o=o, s=s, p_float32=s,
                 p_e4m3_bytes=s, p_packed=s // 4, budget=WsConfig(consumers=consumers).consumer_regs)
@@ -400,9 +407,10 @@ def persistent_schedule(batch: int, seqlen_q: int, heads: int, block_m: int, pro
     `last_wave` tiles left over go to that many programs, and the busiest program takes `busiest`.
     With the tile counter every program starts with tile p and asks the counter once per tile it takes
     and once more to find none: `counter_adds` = (tiles - programs) + programs = tiles."""
-    if min(batch, seqlen_q, heads, block_m, programs) < 1:
-        raise ValueError(f"expected positive sizes, got batch={batch}, seqlen_q={seqlen_q}, heads={heads}, "
-                         f"block_m={block_m}, programs={programs}")
+    sizes = (batch, seqlen_q, heads, block_m, programs)
+    if any(isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 1 for n in sizes):
+        raise ValueError(f"expected positive sizes (ints >= 1), got batch={batch!r}, seqlen_q={seqlen_q!r}, "
+                         f"heads={heads!r}, block_m={block_m!r}, programs={programs!r}")
     tiles = math.ceil(seqlen_q / block_m) * batch * heads
     programs = min(programs, tiles)  # a launch never starts more programs than tiles
     return dict(tiles=tiles, programs=programs, full_waves=tiles // programs, last_wave=tiles % programs,
@@ -473,9 +481,11 @@ def v23_after_compile(results_dir: str | Path, case: str = "2x8192x32x256") -> p
     rounds (`bench.interleaved_times`), three of them after 1.5 s of load and one with none:
     before_s is NaN, TFLOP/s are medians over the rounds.
     """
+    paths = sorted(Path(results_dir).glob("bench_v*_grid*.json"), key=lambda p: (int(p.name.split("_")[1][1:]), p.name))
+    if not paths:
+        raise FileNotFoundError(f"no bench_v*_grid*.json under {results_dir}")
     rows = []
-    for path in sorted(Path(results_dir).glob("bench_v*_grid*.json"), key=lambda p: (int(p.name.split("_")[1][1:]),
-                                                                                      p.name)):
+    for path in paths:
         data = load_results(path)
         timed = [r for r in data["rows"] if "tflops" in r]
         cases = list(dict.fromkeys(r["case"] for r in timed))
@@ -498,6 +508,9 @@ def v23_after_compile(results_dir: str | Path, case: str = "2x8192x32x256") -> p
         how = method if rounds else "after a compile" if before > 1.0 else "card busy before"
         rows.append(dict(grid=path.stem.removeprefix("bench_"), method=method, before_s=before, timed=how,
                          gluon=gluon, fa3=fa3, ratio=gluon / fa3))
+    if not rows:
+        raise ValueError(f"case: expected a case that a grid under {results_dir} timed with the Gluon kernel and "
+                         f"fa3-fwd FP8, e.g. '2x8192x32x256', got {case!r}")
     return pd.DataFrame(rows)
 
 
@@ -575,8 +588,12 @@ def quant_split_table(shapes: pd.DataFrame, copy_tbps: float | None = None) -> p
     kernel (rows, in the record's order) and batch split of the same 128 MiB (columns), the lowest
     and highest fraction of copy over the repeats; of the copy timed in the same run, or of
     `copy_tbps` (e.g. the issue's 4.3 TB/s)."""
-    if copy_tbps is not None and not 0 < copy_tbps < math.inf:
+    if copy_tbps is not None and (not isinstance(copy_tbps, numbers.Real) or not 0 < copy_tbps < math.inf):
         raise ValueError(f"copy_tbps: expected TB/s, a finite number > 0, or None, got {copy_tbps!r}")
+    versions = list(shapes["version"].unique()) if "version" in shapes else []
+    if len(versions) > 1:  # min and max would run over every version's repeats at once
+        raise ValueError(f"shapes: expected one version's record, got versions {versions}; pick one, e.g. "
+                         f"shapes[shapes['version'] == {versions[-1]!r}]")
     frac = shapes["frac_copy_graph"]
     if copy_tbps is not None:
         frac = frac * shapes["copy_tbps_graph"] / copy_tbps
@@ -834,6 +851,7 @@ def flush_registers(config: AttentionConfig, head_dim: int) -> dict[str, object]
     head_dim) and, with `pv_flush`, the key block's P V tile beside O, for a config whose warpgroups
     each take whole query rows (block_m >= 64 per warpgroup of 4 warps). Counts of values held: the
     compiler's temporaries come on top, and a thread has 255 registers (`budget`)."""
+    check_count("head_dim", head_dim, 1)
     groups = config.num_warps // 4
     if config.num_warps % 4 or config.block_m < 64 * groups:
         raise ValueError(f"config {config.label()}: expected warpgroups of whole query rows (num_warps a multiple "
@@ -890,7 +908,7 @@ def key_ordered_vt_landing(block: int = 32, device: str | torch.device = "cpu") 
     """Where `key_ordered_vt` stores each key: (block,) int64, the V^T column of key c, found by
     running the copy on V = identity (V^T then is a permutation matrix). block: a multiple of 32;
     device: where V is made (a GPU runs `transpose_keys`, the CPU torch's copy)."""
-    if block < 32 or block % 32:
+    if check_count("block", block, 32) % 32:
         raise ValueError(f"block: expected a positive multiple of 32 keys, got {block}")
     eye = torch.eye(block).reshape(1, block, 1, block).to(torch.float8_e4m3fn).to(device)  # v[0, key, 0, j] = key == j
     moved = key_ordered_vt(eye).data[0, 0].float()  # (head_dim j, key column): a 1 where key j landed
