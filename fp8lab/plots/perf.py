@@ -2,6 +2,7 @@
 
 Each `plot_*` takes an optional matplotlib `ax`, draws from a pandas DataFrame
 (as `fp8lab.bench.records_frame` returns it, or built from it) and returns the Axes.
+A frame without the columns a plot reads, or without rows, is refused by name.
 """
 
 from __future__ import annotations
@@ -9,6 +10,8 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 import pandas as pd
 import seaborn as sns
+
+from fp8lab.layout import check_positive
 
 __all__ = [
     "plot_after_compile",
@@ -27,10 +30,26 @@ __all__ = [
 ]
 
 
+def _frame(df: pd.DataFrame, columns: tuple[str, ...], what: str) -> None:
+    """TypeError unless `df` is a DataFrame; ValueError naming the `columns` it lacks, or if it has no rows
+    (seaborn draws an empty figure without a word)."""
+    if not isinstance(df, pd.DataFrame):
+        raise TypeError(f"{what}: expected a pandas DataFrame, got {type(df).__name__}")
+    missing = [c for c in columns if c not in df.columns]
+    if missing:
+        raise ValueError(f"{what}: expected columns {list(columns)}, missing {missing}; got {list(df.columns)}")
+    if df.empty:
+        raise ValueError(f"{what}: expected rows to plot, got an empty DataFrame")
+
+
 def plot_providers(grid: pd.DataFrame, head_dim: int, ax: plt.Axes | None = None) -> plt.Axes:
     """Bars: TFLOP/s of each provider per case, one head dim."""
-    ax = ax or plt.subplots(figsize=(9, 3.8))[1]
+    _frame(grid, ("case", "head_dim", "provider", "tflops"), "grid")
     df = grid[(grid["head_dim"] == head_dim) & grid["tflops"].notna()]
+    if df.empty:
+        timed = sorted(grid.loc[grid["tflops"].notna(), "head_dim"].unique().tolist())
+        raise ValueError(f"head_dim: expected one of the grid's timed head dims {timed}, got {head_dim!r}")
+    ax = ax or plt.subplots(figsize=(9, 3.8))[1]
     sns.barplot(data=df, x="case", y="tflops", hue="provider", ax=ax)
     ax.set_xlabel("batch x seqlen x heads x head_dim (b*s = 16k tokens)")
     ax.set_ylabel("TFLOP/s (median)")
@@ -44,6 +63,7 @@ def plot_ratio(ratios: pd.DataFrame, target: float = 0.9, ax: plt.Axes | None = 
                title: str = "fp8lab against FA3 FP8, per case") -> plt.Axes:
     """Points: our TFLOP/s over FA3 FP8's per case (columns seqlen, head_dim, ratio; e.g.
     `fp8lab.records.target_table`), against the target line."""
+    _frame(ratios, ("seqlen", "head_dim", "ratio"), "ratios")
     ax = ax or plt.subplots(figsize=(8, 3.6))[1]
     sns.pointplot(data=ratios, x="seqlen", y="ratio", hue="head_dim", markers="o", linestyles="-",
                   palette="viridis", ax=ax)
@@ -62,6 +82,8 @@ def plot_roofline(points: pd.DataFrame, ceilings: dict[str, float], copy_tbps: f
 
     points: columns intensity (FLOP/byte), tflops, provider.
     """
+    _frame(points, ("intensity", "tflops", "provider"), "points")
+    check_positive("copy_tbps", copy_tbps)  # 0 or NaN drew no bandwidth slope, without a word
     import numpy as np
 
     ax = ax or plt.subplots(figsize=(7.5, 4.6))[1]
@@ -85,6 +107,7 @@ def plot_quant_bandwidth(df: pd.DataFrame, ax: plt.Axes | None = None,
                          ) -> plt.Axes:
     """Bars: each quantization kernel's `frac_copy_graph` (bf16 read + e4m3 written once, as
     a fraction of a device copy's bandwidth), one bar per `version`."""
+    _frame(df, ("kernel", "frac_copy_graph", "version"), "df")
     ax = ax or plt.subplots(figsize=(7, 3.6))[1]
     sns.barplot(data=df, y="kernel", x="frac_copy_graph", hue="version", ax=ax)
     ax.axvline(1.0, color="k", lw=1)
@@ -101,6 +124,7 @@ def plot_quant_sizes(df: pd.DataFrame, target: float = 0.85, ax: plt.Axes | None
                      ) -> plt.Axes:
     """Lines: each quantization kernel's `frac_copy_graph` against the size of x (columns kernel,
     mib, frac_copy_graph; repeats as the band), with the target line."""
+    _frame(df, ("kernel", "mib", "frac_copy_graph"), "df")
     ax = ax or plt.subplots(figsize=(8, 4))[1]
     sns.lineplot(data=df, x="mib", y="frac_copy_graph", hue="kernel", style="kernel", markers=True, dashes=False,
                  errorbar=("pi", 100), ax=ax)
@@ -116,6 +140,7 @@ def plot_quant_shapes(df: pd.DataFrame, target: float = 0.85, issue_copy_tbps: f
     """Points: each kernel's `frac_copy_graph` per batch shape of the same tokens (columns batch,
     size, kernel, frac_copy_graph, copy_tbps_graph; repeats as the min-max bar), against the target
     line, as a fraction of the copy timed in the same run and, dotted, of `issue_copy_tbps`."""
+    _frame(df, ("batch", "size", "kernel", "frac_copy_graph", "copy_tbps_graph"), "df")
     ax = ax or plt.subplots(figsize=(9, 4))[1]
     df = df.assign(split=df["size"].str.split(" ").str[0].str.rsplit("x", n=2).str[0])  # "4x4096x32x128 (..)" -> "4x4096"
     order = df.sort_values("batch")["split"].unique()
@@ -135,6 +160,7 @@ def plot_one_pass_bound(df: pd.DataFrame, marks: dict[str, float], target: float
                         title: str = "Current per-tensor scaling of 128 MiB: what on-chip memory allows") -> plt.Axes:
     """Line: `bench.one_pass_bound` (column bound) against the MB of x held on chip (column held_mb);
     dotted verticals at `marks` (label -> MB), the target as a dashed line."""
+    _frame(df, ("held_mb", "bound"), "df")
     ax = ax or plt.subplots(figsize=(8, 3.8))[1]
     sns.lineplot(data=df, x="held_mb", y="bound", color="k", ax=ax)
     for i, (label, mb) in enumerate(marks.items()):
@@ -161,6 +187,7 @@ def _copy_fraction_axes(ax: plt.Axes, xlabel: str, title: str) -> plt.Axes:
 def plot_clocks(df: pd.DataFrame, max_mhz: float = 1980.0, ax: plt.Axes | None = None) -> plt.Axes:
     """Boxes per head dim: the SM clock while each timing ran (columns head_dim, sm_mhz; as
     `fp8lab.bench.clocks_while_timed` returns them), against the card's maximum clock."""
+    _frame(df, ("head_dim", "sm_mhz"), "df")
     ax = ax or plt.subplots(figsize=(6, 3.5))[1]
     sns.boxplot(data=df, x="head_dim", y="sm_mhz", color="#9ecae1", ax=ax)
     sns.stripplot(data=df, x="head_dim", y="sm_mhz", color="k", size=2, alpha=0.4, ax=ax)
@@ -176,6 +203,7 @@ def plot_clock_trace(clocks: pd.DataFrame, spans: dict[str, tuple[pd.Timestamp, 
                      axes: tuple[plt.Axes, plt.Axes] | None = None) -> tuple[plt.Axes, plt.Axes]:
     """Two stacked lines over a window of a `fp8lab.bench.read_clock_log` log (time, sm_mhz, power_w):
     the SM clock above, the power below; `spans` (label -> (start, end)) are shaded."""
+    _frame(clocks, ("time", "sm_mhz", "power_w"), "clocks")
     if axes is None:
         axes = tuple(plt.subplots(2, 1, figsize=(7, 4), sharex=True)[1])
     t0 = clocks["time"].iloc[0]
@@ -195,6 +223,7 @@ def plot_after_compile(df: pd.DataFrame, target: float = 0.9, ax: plt.Axes | Non
     """Points: one grid's Gluon / FA3 FP8 ratio on one case (columns grid, timed, ratio; as
     `fp8lab.kernels.explain.v23_after_compile` returns them), grouped by how it was timed and
     coloured by the grid's kernel version."""
+    _frame(df, ("grid", "timed", "ratio"), "df")
     ax = ax or plt.subplots(figsize=(7, 3.2))[1]
     sns.stripplot(x=df["ratio"], y=df["timed"], hue=df["grid"].str.split("_").str[0], size=7, jitter=0.15,
                   palette="deep", ax=ax)
@@ -229,6 +258,7 @@ def plot_transpose_v(forms: pd.DataFrame, ax: plt.Axes | None = None) -> plt.Axe
     """Bars per case: the in-kernel V transpose's TFLOP/s over the same kernel on V^T made before
     the call, one bar per form of the transposer, and where the copy (`key_ordered_vt` in the call)
     lies (`fp8lab.kernels.explain.transpose_v_forms`)."""
+    _frame(forms, ("transpose_v / V^T ready", "+ copy", "V^T ready"), "forms")
     ax = ax or plt.subplots(figsize=(8, 4.5))[1]
     long = forms["transpose_v / V^T ready"].rename("ratio").reset_index()
     sns.barplot(data=long, y="case", x="ratio", hue="form", palette="crest", ax=ax)
@@ -247,6 +277,7 @@ def plot_transpose_v(forms: pd.DataFrame, ax: plt.Axes | None = None) -> plt.Axe
 def _ratio_bars(df: pd.DataFrame, cols: list[str], base: str, target: float, xlabel: str, title: str,
                 ax: plt.Axes, legend_y: float) -> plt.Axes:
     """Horizontal bars per case (df's index): each of `cols` over `base`, with the target line."""
+    _frame(df, (*cols, base), "df")
     long = (df[cols].div(df[base], axis=0).rename_axis("case").reset_index()
             .melt(id_vars="case", var_name="call", value_name="ratio"))
     sns.barplot(data=long, y="case", x="ratio", hue="call", palette="deep", ax=ax)
@@ -260,6 +291,7 @@ def _ratio_bars(df: pd.DataFrame, cols: list[str], base: str, target: float, xla
 
 def plot_versions(df: pd.DataFrame, ax: plt.Axes | None = None) -> plt.Axes:
     """Lines: best TFLOP/s per version, one line per (head_dim, causal)."""
+    _frame(df, ("version", "setting", "tflops"), "df")
     ax = ax or plt.subplots(figsize=(7, 3.6))[1]
     sns.lineplot(data=df, x="version", y="tflops", hue="setting", marker="o", ax=ax)
     ax.set_xlabel("kernel version (docs/kernel-notes.md)")
@@ -271,8 +303,12 @@ def plot_versions(df: pd.DataFrame, ax: plt.Axes | None = None) -> plt.Axes:
 
 def plot_p_grid(df: pd.DataFrame, ax: plt.Axes | None = None) -> plt.Axes:
     """Stacked bars: where P's values land on the e4m3 grid, with and without the max offset."""
-    ax = ax or plt.subplots(figsize=(6.5, 3.4))[1]
+    _frame(df, ("max_offset",), "df")
     cols = [c for c in ("zero", "subnormal", "normal") if c in df.columns]
+    if not cols:
+        raise ValueError(f"df: expected some of the columns zero, subnormal, normal "
+                         f"(`explain.p_grid_fractions`), got {list(df.columns)}")
+    ax = ax or plt.subplots(figsize=(6.5, 3.4))[1]
     df.set_index("max_offset")[cols].plot.barh(stacked=True, ax=ax, color=sns.color_palette("rocket_r", len(cols)))
     ax.set_xlabel("fraction of P values (after the e4m3 cast)")
     ax.set_ylabel("max offset")
@@ -284,6 +320,7 @@ def plot_ws(df: pd.DataFrame, target: float = 0.9, ax: plt.Axes | None = None,
             title: str = "FA3's structure in Gluon against the Triton kernel") -> plt.Axes:
     """Bars: TFLOP/s over FA3 FP8's per case and kernel (columns case, kernel, ratio; e.g.
     `fp8lab.kernels.explain.ws_record` for one version, or `v10_record`)."""
+    _frame(df, ("case", "kernel", "ratio"), "df")
     ax = ax or plt.subplots(figsize=(9, 3.8))[1]
     sns.barplot(data=df, x="case", y="ratio", hue="kernel", palette="mako", ax=ax)
     ax.axhline(target, ls="--", color="k", lw=1, label=f"target {target}x")
