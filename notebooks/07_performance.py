@@ -544,7 +544,10 @@ claims
 # 4096 claims, each an atomic on one address, one after another (17-19 ns each, kernel-notes v37).
 # A counter suits FA3's tiles, which take microseconds of MMAs each, not 32 KiB parts that an SM
 # streams through in about 2 us. The dealt kernel stays, and this experiment cannot say whether slow
-# programs cost it anything.
+# programs cost it anything. A second probe dealt the parts so that the programs load two kv heads
+# at once instead of one (all of them on one 256-byte column of x was the other thing only one long
+# sequence does): half a point (`records.probe_ranges` on `run33/call3/bench_v37_quant_skew.json`,
+# kernel-notes v37).
 
 # %% [markdown]
 # ### (e.3) Two passes, the second one backwards (v23)
