@@ -16,7 +16,8 @@ float64 tensor `(heads,)` is returned; otherwise a Python float.
 
 Against an all-zero `ref` (or head) the ratios are 0 / 0 or a / 0: a perfect match (x all
 zero too) scores perfect (rel_l2 and rel_l1 0, cosine 1, sqnr inf), any nonzero x the worst
-(rel_l2 and rel_l1 inf, cosine 0, sqnr -inf). NaN in x or ref still gives NaN.
+(rel_l2 and rel_l1 inf, cosine 0, sqnr -inf). NaN in x or ref still gives NaN, and so does
+an inf in both at the same place (inf - inf).
 """
 
 from __future__ import annotations

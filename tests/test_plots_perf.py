@@ -60,3 +60,16 @@ def test_plot_roofline_needs_a_bandwidth() -> None:
         with pytest.raises(ValueError, match="copy_tbps: expected a finite number > 0"):
             plots.plot_roofline(points, {"fp8": 1979.0}, copy_tbps)
     plt.close("all")
+
+
+def test_plot_quant_shapes_takes_one_version() -> None:
+    """Two versions' repeats in one frame would be drawn as one min-max bar per split; one kernel alone drew
+    nothing but seaborn's ZeroDivisionError (its dodge divides by the kernels less one)."""
+    rng = random.Random()
+    df = pd.DataFrame([dict(version=v, batch=b, size=f"{b}x{16384 // b}x32x128 (128 MiB)", kernel="per-token",
+                            frac_copy_graph=rng.uniform(0.9, 1.0), copy_tbps_graph=4.2)
+                       for v in ("v18", "v25") for b in (1, 2, 4)])
+    assert plots.plot_quant_shapes(df[df["version"] == "v18"]).get_title()
+    with pytest.raises(ValueError, match=r"df: expected one version's record, got versions \['v18', 'v25'\]"):
+        plots.plot_quant_shapes(df)
+    plt.close("all")

@@ -141,12 +141,17 @@ def plot_quant_shapes(df: pd.DataFrame, target: float = 0.85, issue_copy_tbps: f
     size, kernel, frac_copy_graph, copy_tbps_graph; repeats as the min-max bar), against the target
     line, as a fraction of the copy timed in the same run and, dotted, of `issue_copy_tbps`."""
     _frame(df, ("batch", "size", "kernel", "frac_copy_graph", "copy_tbps_graph"), "df")
+    versions = list(df["version"].unique()) if "version" in df else []
+    if len(versions) > 1:  # each bar would span every version's repeats
+        raise ValueError(f"df: expected one version's record, got versions {versions}; pick one, e.g. "
+                         f"df[df['version'] == {versions[-1]!r}]")
     ax = ax or plt.subplots(figsize=(9, 4))[1]
     df = df.assign(split=df["size"].str.split(" ").str[0].str.rsplit("x", n=2).str[0])  # "4x4096x32x128 (..)" -> "4x4096"
     order = df.sort_values("batch")["split"].unique()
     kernels = df["kernel"].nunique()
     sns.pointplot(data=df, x="split", y="frac_copy_graph", hue="kernel", order=order, errorbar=("pi", 100),
-                  markers="o", linestyles="-", dodge=0.3, palette="tab10" if kernels <= 10 else "tab20", ax=ax)
+                  markers="o", linestyles="-", dodge=0.3 if kernels > 1 else False,  # seaborn divides by kernels - 1
+                  palette="tab10" if kernels <= 10 else "tab20", ax=ax)
     copy = df["copy_tbps_graph"].median()
     _target_line(ax, target, f"{target:.0%} of this run's copy ({copy:.2f} TB/s)")
     if issue_copy_tbps:
