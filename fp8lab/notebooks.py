@@ -149,6 +149,9 @@ def notebooks_dir() -> Path:
     env = os.environ.get("FP8LAB_NOTEBOOKS")
     path = Path(env) if env else Path(__file__).resolve().parent.parent / "notebooks"
     if not path.is_dir():
+        if env:
+            raise FileNotFoundError(f"notebooks folder not found at {path} (FP8LAB_NOTEBOOKS={env}): expected a "
+                                    "folder holding the NN_name.py/.ipynb notebooks; unset it to use the clone's")
         raise FileNotFoundError(
             f"notebooks folder not found at {path}; run from a clone of fp8lab or set FP8LAB_NOTEBOOKS"
         )
@@ -156,15 +159,27 @@ def notebooks_dir() -> Path:
 
 
 def _spec(name: str) -> NotebookSpec:
+    if not isinstance(name, str):
+        raise TypeError(f"expected a notebook name or number as a string, like '05', got {name!r} "
+                        f"({type(name).__name__})")
     for spec in MANIFEST:
         number = spec.name.split("_", 1)[0]
-        if name in (spec.name, number) or (name.isdigit() and int(name) == int(number)):  # "5" is 05
+        if name in (spec.name, number) or (name.isdecimal() and int(name) == int(number)):  # "5" is 05
             return spec
     known = ", ".join(s.name for s in MANIFEST)
     raise ValueError(f"unknown notebook {name!r}; expected one of: {known} (or its number)")
 
 
 HIDE_INPUT = "hide-input"  # the tag of solution cells: collapsed in JupyterLab, left out of the HTML report
+
+
+def _specs(names: list[str] | None) -> list[NotebookSpec]:
+    """The manifest entries of `names` (all of them for None or []); a bare string is refused, not
+    read letter by letter ("05" would be notebooks 00 and 05)."""
+    if isinstance(names, str):
+        raise TypeError(f"names: expected a list of notebook names or numbers, got the string {names!r}; "
+                        f"pass [{names!r}]")
+    return [_spec(n) for n in names] if names else list(MANIFEST)
 
 
 def _paired_notebook(py_path: Path):
@@ -194,10 +209,15 @@ def sync(check: bool = False, directory: Path | None = None, names: list[str] | 
     with `check`, only return the names whose pair is missing or out of date."""
     import nbformat
 
-    directory = directory or notebooks_dir()
+    wanted = {spec.name for spec in _specs(names)} if names else None
+    directory = Path(directory) if directory else notebooks_dir()
+    sources = sorted(directory.glob("[0-9][0-9]_*.py"))
+    missing = (wanted or set()) - {py.stem for py in sources}
+    if missing or not sources:  # else nothing is written or checked, and the answer reads "all in sync"
+        what = ", ".join(f"{m}.py" for m in sorted(missing)) or "NN_name.py"
+        raise FileNotFoundError(f"no notebook source {what} in {directory}")
     stale = []
-    wanted = {_spec(n).name for n in names} if names else None
-    for py in sorted(directory.glob("[0-9][0-9]_*.py")):
+    for py in sources:
         if wanted is not None and py.stem not in wanted:
             continue
         target = py.with_suffix(".ipynb")
@@ -291,15 +311,28 @@ def run_notebooks(
     (TRITON_INTERPRET=1). Returns one result per notebook; never raises for a
     failing notebook (see `NotebookResult.error`).
     """
-    import papermill
-    from tqdm.auto import tqdm
-
-    specs = [_spec(n) for n in names] if names else list(MANIFEST)
+    specs = _specs(names)  # bad input is refused before the heavy imports
     src = notebooks_dir()
+    missing = [f"{spec.name}.ipynb" for spec in specs if not (src / f"{spec.name}.ipynb").is_file()]
+    if missing:
+        raise FileNotFoundError(f"no notebook {', '.join(missing)} in {src}")
+    if kernel is not None:
+        from jupyter_client.kernelspec import KernelSpecManager
+
+        known = sorted(KernelSpecManager().find_kernel_specs())
+        if kernel not in known:
+            raise ValueError(f"kernel: expected an installed Jupyter kernel, one of {known}, got {kernel!r}")
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    if out.exists() and not out.is_dir():
+        raise NotADirectoryError(f"out_dir: expected a folder for the executed notebooks, got the file {out}")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise type(e)(f"out_dir: cannot create the folder {out}: {e.strerror or e}") from e
     kernel = kernel or _default_kernel()
+    import papermill
     import torch
+    from tqdm.auto import tqdm
 
     env_before = {k: os.environ.get(k) for k in (FIGURES_ENV, "TRITON_INTERPRET", "OMP_NUM_THREADS")}
     if not torch.cuda.is_available():
@@ -349,6 +382,19 @@ def run_notebooks(
     return results
 
 
+def _assigned_names(code: str) -> set[str]:
+    """The names a cell assigns at its top level (`x = ...`, `x: int = ...`)."""
+    import ast
+
+    names = set()
+    for node in ast.parse(code).body:
+        if isinstance(node, ast.Assign):
+            names.update(t.id for t in node.targets if isinstance(t, ast.Name))
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            names.add(node.target.id)
+    return names
+
+
 def run_script(name: str, **parameters: object) -> dict[str, object]:
     """Run a notebook's py:percent source as a plain script, without Jupyter.
 
@@ -366,8 +412,15 @@ def run_script(name: str, **parameters: object) -> dict[str, object]:
         os.environ.setdefault("TRITON_INTERPRET", "1")  # as run_notebooks; before triton's first import
 
     source = (notebooks_dir() / f"{_spec(name).name}.py").read_text()
+    cells = source.split("\n# %%")
+    if parameters:  # papermill only warns of a misspelt name; a script would then run at the wrong size
+        known = {target for cell in cells if "parameters" in cell.partition("\n")[0]
+                 for target in _assigned_names(cell.partition("\n")[2])}
+        if unknown := sorted(set(parameters) - known):
+            raise ValueError(f"run_script({name!r}): expected parameters of its parameters cell, "
+                             f"{sorted(known)}, got unknown {unknown}")
     namespace: dict[str, object] = {"__name__": "__main__", "display": print}
-    for i, cell in enumerate(source.split("\n# %%")):
+    for i, cell in enumerate(cells):
         header, _, body = cell.partition("\n")
         if "[markdown]" in header:
             continue
@@ -397,25 +450,23 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--check", action="store_true", help="only report stale pairs; exit 1 if any")
     sub.add_parser("list", help="the manifest")
     args = parser.parse_args(argv)
-    if args.command in ("run", "sync"):
-        try:
-            for name in args.names:
-                _spec(name)
-        except ValueError as e:  # a usage error: one line, no traceback
-            print(f"fp8lab notebooks {args.command}: {e}", file=sys.stderr)
-            return 2
-
     if args.command == "list":
         for spec in MANIFEST:
             print(f"{spec.name:36s} {spec.title}")
         return 0
+    try:  # a usage error (a name, a folder, a kernel) is one line, no traceback; failing notebooks are reported below
+        if args.command == "sync":
+            stale = sync(check=args.check, names=args.names or None)
+        else:
+            results = run_notebooks(args.names or None, smoke=args.smoke, out_dir=args.out,
+                                    html_report=not args.no_html, kernel=args.kernel)
+    except (ValueError, OSError) as e:
+        print(f"fp8lab notebooks {args.command}: {e}", file=sys.stderr)
+        return 2
     if args.command == "sync":
-        stale = sync(check=args.check, names=args.names or None)
         verb = "out of date" if args.check else "written"
         print(f"{len(stale)} notebook(s) {verb}" + (": " + ", ".join(stale) if stale else ""))
         return 1 if (args.check and stale) else 0
-    results = run_notebooks(args.names or None, smoke=args.smoke, out_dir=args.out,
-                            html_report=not args.no_html, kernel=args.kernel)
     for r in results:
         print(f"{'ok    ' if r.ok else 'FAILED'} {r.name:36s} {r.seconds:6.1f} s" + (f"  {r.error}" if r.error else ""))
     if not args.no_html:

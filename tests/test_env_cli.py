@@ -69,6 +69,21 @@ def test_fa3_needs_fetch(argv):
     assert cli.main(argv) == 2
 
 
+def test_notebooks_folder_and_out_errors_are_one_line_and_exit_2(tmp_path, monkeypatch, capsys):
+    """Tracebacks before (--out naming a file, FP8LAB_NOTEBOOKS naming no folder); a silent
+    '0 notebook(s) out of date' for a folder without the notebooks."""
+    (tmp_path / "file").write_text("")
+    assert cli.main(["notebooks", "run", "00", "--out", str(tmp_path / "file")]) == 2
+    monkeypatch.setenv("FP8LAB_NOTEBOOKS", str(tmp_path / "nope"))
+    assert cli.main(["notebooks", "sync", "--check"]) == 2
+    monkeypatch.setenv("FP8LAB_NOTEBOOKS", str(tmp_path))
+    assert cli.main(["notebooks", "sync", "--check"]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 3 and "got the file" in lines[0]
+    assert lines[1].startswith("fp8lab notebooks sync: notebooks folder not found at") and "FP8LAB_NOTEBOOKS=" in lines[1]
+    assert lines[2].startswith("fp8lab notebooks sync: no notebook source NN_name.py in")
+
+
 def test_public_api_resolves_and_import_stays_light():
     code = (
         "import sys, fp8lab\n"

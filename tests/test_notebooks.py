@@ -2,6 +2,7 @@
 
 import json
 import math
+import os
 
 import pytest
 
@@ -90,6 +91,57 @@ def test_record_rejects_bad_input():
 def test_unknown_notebook_name():
     with pytest.raises(ValueError, match="unknown notebook 'nope'"):
         notebooks.run_notebooks(["nope"], smoke=True)
+
+
+def test_names_are_a_list_of_strings():
+    """A bare string is refused, not read letter by letter ("05" would be notebooks 00 and 05)."""
+    with pytest.raises(TypeError, match=r"got the string '05'; pass \['05'\]"):
+        notebooks.sync(check=True, names="05")
+    with pytest.raises(TypeError, match="got the string '05'"):
+        notebooks.run_notebooks("05", smoke=True)
+    with pytest.raises(TypeError, match=r"like '05', got 5 \(int\)"):
+        notebooks.run_script(5)
+    with pytest.raises(ValueError, match="unknown notebook '²'"):  # a digit that int() does not read
+        notebooks.sync(check=True, names=["²"])
+
+
+def test_a_folder_without_the_notebooks_is_refused(tmp_path, monkeypatch):
+    """`sync --check` on a folder without the sources said '0 notebook(s) out of date'; the runner
+    reported a missing notebook as a failing cell."""
+    with pytest.raises(FileNotFoundError, match="no notebook source NN_name.py in"):
+        notebooks.sync(check=True, directory=tmp_path)
+    (tmp_path / "00_quickstart.py").write_text((NB_DIR / "00_quickstart.py").read_text())
+    with pytest.raises(FileNotFoundError, match="no notebook source 05_fp8_attention_accuracy.py in"):
+        notebooks.sync(check=True, directory=tmp_path, names=["00", "5"])
+    assert notebooks.sync(check=True, directory=tmp_path, names=["00"]) == ["00_quickstart"]  # no .ipynb yet
+    monkeypatch.setenv("FP8LAB_NOTEBOOKS", str(tmp_path))
+    with pytest.raises(FileNotFoundError, match="no notebook 00_quickstart.ipynb in"):
+        notebooks.run_notebooks(["00"], smoke=True, out_dir=tmp_path / "out")
+    monkeypatch.setenv("FP8LAB_NOTEBOOKS", str(tmp_path / "nope"))
+    with pytest.raises(FileNotFoundError, match=r"\(FP8LAB_NOTEBOOKS=.*nope\): expected a folder"):
+        notebooks.notebooks_dir()
+
+
+def test_run_refuses_a_bad_out_dir_or_kernel(tmp_path):
+    """Before anything runs: the file named as --out crashed in mkdir, an unknown kernel failed every notebook."""
+    pytest.importorskip("jupyter_client", reason="the notebook tools (`./kit` installs them)")
+    (tmp_path / "file").write_text("")
+    with pytest.raises(NotADirectoryError, match="out_dir: expected a folder .* got the file"):
+        notebooks.run_notebooks(["00"], smoke=True, out_dir=tmp_path / "file")
+    with pytest.raises(ValueError, match="kernel: expected an installed Jupyter kernel, one of .* got 'nope'"):
+        notebooks.run_notebooks(["00"], smoke=True, out_dir=tmp_path / "out", kernel="nope")
+    assert not (tmp_path / "out").exists()
+
+
+def test_run_script_refuses_an_unknown_parameter(tmp_path, monkeypatch):
+    """papermill only warns of a misspelt parameter; run_script ignored it and ran at the default size."""
+    source = '# %%\nimport os\n\n# %% tags=["parameters"]\nsmoke: bool = False\nn = 3\n\n# %%\nresult = n * 2\n'
+    (tmp_path / "00_quickstart.py").write_text(source)
+    monkeypatch.setenv("FP8LAB_NOTEBOOKS", str(tmp_path))
+    monkeypatch.setenv("TRITON_INTERPRET", os.environ.get("TRITON_INTERPRET", "0"))  # run_script may set it
+    assert notebooks.run_script("00", smoke=True, n=4)["result"] == 8
+    with pytest.raises(ValueError, match=r"parameters cell, \['n', 'smoke'\], got unknown \['smok'\]"):
+        notebooks.run_script("00", smok=True)
 
 
 def test_runner_names_the_failing_cell(tmp_path, monkeypatch):
