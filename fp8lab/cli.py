@@ -1,11 +1,15 @@
 """The `fp8lab` command.
 
-    fp8lab info                         versions, device, compute capability
-    fp8lab doctor [--json]              providers found, and the backend decision table
+    fp8lab info [--json]                versions, device, compute capability
+    fp8lab doctor [--json] [--verbose] [--simulate CAP|cpu] [--providers A,B]
+                                        providers found, and the backend decision table
     fp8lab notebooks list               the notebooks, in order
-    fp8lab notebooks run [NAMES] [--smoke] [--out DIR]
+    fp8lab notebooks run [NAMES] [--smoke] [--out DIR] [--no-html] [--kernel K]
     fp8lab notebooks sync [NAMES] [--check]
-    fp8lab fa3 fetch [--version V]      vLLM's FA3 library into fp8lab's cache
+    fp8lab fa3 fetch [--version V] [--wheel PATH]
+                                        vLLM's FA3 library into fp8lab's cache
+
+`fp8lab COMMAND --help` explains a command's options.
 """
 
 from __future__ import annotations
@@ -47,7 +51,13 @@ def _notebooks(argv: list[str]) -> int:
 
 def _fa3(argv: list[str]) -> int:
     if not argv or argv[0] != "fetch":
-        print("usage: fp8lab fa3 fetch [--version V] [--wheel PATH]", file=sys.stderr)
+        usage = "usage: fp8lab fa3 fetch [--version V] [--wheel PATH] (fp8lab fa3 fetch --help: every option)"
+        if argv and argv[0] in ("-h", "--help"):
+            print(usage)
+            return 0
+        print(usage, file=sys.stderr)
+        print(f"fp8lab fa3: expected the subcommand 'fetch', got {argv[0]!r}" if argv else
+              "fp8lab fa3: expected the subcommand 'fetch'", file=sys.stderr)
         return 2
     from fp8lab.backends import fetch
 

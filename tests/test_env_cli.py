@@ -69,6 +69,20 @@ def test_fa3_needs_fetch(argv):
     assert cli.main(argv) == 2
 
 
+def test_fa3_help_and_a_wrong_subcommand(capsys):
+    assert cli.main(["fa3", "--help"]) == 0 and "fp8lab fa3 fetch" in capsys.readouterr().out
+    assert cli.main(["fa3", "pull"]) == 2
+    assert "expected the subcommand 'fetch', got 'pull'" in capsys.readouterr().err
+
+
+def test_help_names_every_option(capsys):
+    assert cli.main([]) == 0
+    out = capsys.readouterr().out
+    for option in ("--json", "--verbose", "--simulate", "--providers", "--smoke", "--out", "--no-html", "--kernel",
+                   "--check", "--version", "--wheel", "COMMAND --help"):
+        assert option in out, option
+
+
 def test_notebooks_folder_and_out_errors_are_one_line_and_exit_2(tmp_path, monkeypatch, capsys):
     """Tracebacks before (--out naming a file, FP8LAB_NOTEBOOKS naming no folder); a silent
     '0 notebook(s) out of date' for a folder without the notebooks."""
