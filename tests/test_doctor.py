@@ -70,6 +70,18 @@ def test_doctor_bad_arguments(capsys, argv):
     assert "fp8lab doctor:" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("names", ["", "sdpa,", "sdpa,,triton"])
+def test_doctor_providers_must_name_providers(capsys, names):
+    """--providers '' used to decide with this machine's probes, as if it were not given."""
+    assert doctor.main(["--providers", names]) == 2
+    assert f"expected provider names separated by commas, like fa3-fwd,sdpa, got {names!r}" in capsys.readouterr().err
+
+
+def test_doctor_providers_may_have_spaces(capsys):
+    rep = run_json(capsys, ["--simulate", "9.0", "--providers", "fa3-fwd, sdpa"])
+    assert {p["name"] for p in rep["providers"] if p["found"]} == {"fa3-fwd", "sdpa"}
+
+
 # ----------------------------------------------------------------------------- fetch
 
 @pytest.fixture

@@ -150,7 +150,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--providers", metavar="A,B", help="decide as if exactly these providers were installed")
     args = ap.parse_args(argv)
     try:
-        rep = report(args.simulate, args.providers.split(",") if args.providers else None)
+        names = None if args.providers is None else [n.strip() for n in args.providers.split(",")]
+        if names is not None and not all(names):  # "" or "a,,b": not silently this machine's probes
+            raise ValueError(f"--providers: expected provider names separated by commas, like fa3-fwd,sdpa, "
+                             f"got {args.providers!r}")
+        rep = report(args.simulate, names)
     except ValueError as e:
         print(f"fp8lab doctor: {e}", file=sys.stderr)
         return 2
