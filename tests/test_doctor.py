@@ -7,6 +7,7 @@ import json
 import os
 import zipfile
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -151,6 +152,31 @@ def test_version_mismatch_and_missing_wheel(cache, tmp_path, capsys):
     assert fetch.main(["--wheel", str(tmp_path / "nope.whl")]) == 1
     err = capsys.readouterr().err
     assert "is vllm 0.0.1" in err and "no such file" in err
+
+
+def test_wheel_that_is_a_folder(cache, tmp_path, capsys):
+    assert fetch.main(["--wheel", str(tmp_path)]) == 1
+    assert "expected a vllm wheel file, got a folder" in capsys.readouterr().err
+
+
+def test_a_manifest_entry_that_is_not_an_object_is_refused(cache):
+    """It crashed `fp8lab doctor` with an AttributeError."""
+    fetch.manifest_path().parent.mkdir(parents=True)
+    fetch.manifest_path().write_text('{"format": 1, "libraries": [5]}')
+    path, why = fetch.resolve_library()
+    assert path is None and "expected a 'libraries' list of objects" in why
+
+
+def test_download_bounds_how_long_pip_waits_for_the_network(cache, monkeypatch, capsys):
+    """Without a timeout of its own pip retried 5 times at $PIP_DEFAULT_TIMEOUT each: over a stalled
+    network, minutes. A --pip-arg comes after fp8lab's bounds, so the user's own wins."""
+    calls = []
+    monkeypatch.setattr(fetch.subprocess, "run", lambda cmd: calls.append(cmd) or SimpleNamespace(returncode=1))
+    assert fetch.main(["--pip-arg=--timeout=60"]) == 1
+    (cmd,) = calls
+    assert cmd[cmd.index("--timeout") + 1] == "15" and cmd[cmd.index("--retries") + 1] == "2"
+    assert cmd.index("--timeout") < cmd.index("--timeout=60")
+    assert "pip download failed (exit 1; no network" in capsys.readouterr().err
 
 
 def test_env_path_must_match_a_recorded_checksum(cache, tmp_path):

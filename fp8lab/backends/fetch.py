@@ -94,6 +94,9 @@ def read_manifest() -> dict:
         raise ValueError(f"{p}: unreadable fp8lab manifest ({e}); delete it and run `fp8lab fa3 fetch` again") from e
     if not isinstance(data, dict) or not isinstance(data.get("libraries"), list):
         raise ValueError(f"{p}: not an fp8lab manifest (expected a 'libraries' list)")
+    if not all(isinstance(e, dict) for e in data["libraries"]):
+        raise ValueError(f"{p}: not an fp8lab manifest (expected a 'libraries' list of objects); "
+                         "delete it and run `fp8lab fa3 fetch` again")
     return data
 
 
@@ -204,14 +207,21 @@ def extract_library(wheel: str | Path, version: str, dest_dir: str | Path | None
     }
 
 
+# pip's socket timeout (s) and retries: without network, or with a stalled one, the fetch fails in about
+# a minute, not after pip's own retries at $PIP_DEFAULT_TIMEOUT each; --pip-arg=--timeout=N comes after these
+# and wins. A slow download that still moves is not cut off (the timeout is per read).
+PIP_NETWORK_ARGS = ("--timeout", "15", "--retries", "2")
+
+
 def download_wheel(version: str, dest: Path, pip_args: list[str] | None = None) -> Path:
     """`pip download --no-deps --only-binary=:all: vllm==version` into `dest`; the wheel's path."""
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", f"vllm=={version}", "-d", str(dest),
-           *(pip_args or [])]
+           *PIP_NETWORK_ARGS, *(pip_args or [])]
     print("running:", " ".join(cmd), flush=True)
     res = subprocess.run(cmd)
     if res.returncode != 0:
-        raise RuntimeError(f"pip download failed (exit {res.returncode}); try --wheel PATH with a wheel you downloaded")
+        raise RuntimeError(f"pip download failed (exit {res.returncode}; no network, or no such vllm wheel for "
+                           "this platform?); try --wheel PATH with a wheel you downloaded")
     wheels = sorted(dest.glob(f"vllm-{version}-*.whl"))
     if not wheels:
         raise RuntimeError(f"pip download finished but left no vllm-{version}-*.whl in {dest}")
@@ -231,14 +241,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--version", default=None, help=f"vllm version whose FA3 library to fetch (default {DEFAULT_VERSION})")
     ap.add_argument("--wheel", type=Path, help="use this local vllm wheel instead of downloading one")
     ap.add_argument("--cache-dir", type=Path, help="cache directory (default: $FP8LAB_CACHE_DIR, $XDG_CACHE_HOME/fp8lab, ~/.cache/fp8lab)")
-    ap.add_argument("--pip-arg", action="append", default=[], help="extra argument for pip download (repeatable)")
+    ap.add_argument("--pip-arg", action="append", default=[],
+                    help="extra argument for pip download (repeatable; write --pip-arg=--timeout=60 for one that "
+                         "starts with a dash)")
     args = ap.parse_args(argv)
     if args.cache_dir:
         os.environ["FP8LAB_CACHE_DIR"] = str(args.cache_dir)
     try:
         if args.wheel:
             if not args.wheel.is_file():
-                raise ValueError(f"--wheel {args.wheel}: no such file")
+                raise ValueError(f"--wheel {args.wheel}: " + ("expected a vllm wheel file, got a folder"
+                                                              if args.wheel.is_dir() else "no such file"))
             wheel_version = _wheel_version(args.wheel)
             if args.version and wheel_version and args.version != wheel_version:
                 raise ValueError(f"--version {args.version} but {args.wheel.name} is vllm {wheel_version}")
