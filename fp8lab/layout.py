@@ -31,6 +31,7 @@ __all__ = [
     "check_max_offset",
     "check_positive",
     "check_softmax_scale",
+    "check_values",
     "sequences",
 ]
 
@@ -184,6 +185,21 @@ def check_positive(name: str, value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 < value < math.inf:
         raise ValueError(f"{name}: expected a finite number > 0, got {value!r}")
     return float(value)
+
+
+def check_values(name: str, values: object, example: str = "(0, 8)") -> list:
+    """A sweep's values as a list: one or more real numbers (not bools) in a list, tuple or other
+    iterable, else ValueError naming `name`. A bare number, or a str (read letter by letter: "08" would
+    sweep "0" and "8"), is the usual slip."""
+    if isinstance(values, torch.Tensor):
+        values = values.tolist() if values.dim() == 1 else values
+    if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
+        raise ValueError(f"{name}: expected one or more numbers such as {example}, got {values!r}")
+    out = list(values)
+    bad = [x for x in out if isinstance(x, bool) or not isinstance(x, numbers.Real)]
+    if not out or bad:
+        raise ValueError(f"{name}: expected one or more numbers such as {example}, got {values!r}")
+    return out
 
 
 def check_attention_inputs(

@@ -209,3 +209,33 @@ def test_fidelity_source_loads_the_record_and_measures_only_on_hopper(tmp_path, 
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
     src = ex.fidelity_source(path, device="cuda", measure=broken)
     assert not src.live and src.note == "no production FA3 kernel was measured" and src.shown == src.recorded
+
+
+def test_p_cast_thresholds_checks_the_offsets():
+    for bad in (float("nan"), -3, 100):  # were rows of NaN, or thresholds for offsets FA3 refuses
+        with pytest.raises(ValueError, match=r"max_offset: expected a number in \[0, 8\]"):
+            ex.p_cast_thresholds((0, bad))
+    with pytest.raises(ValueError, match=r"offsets: expected one or more numbers such as \(0, 8\), got '08'"):
+        ex.p_cast_thresholds("08")  # was "unsupported operand type(s) for -: 'int' and 'str'"
+    with pytest.raises(ValueError, match="offsets: expected one or more numbers"):
+        ex.max_offset_table(("normal",), 8, **SMALL)
+
+
+def test_long_context_table_refuses_a_bare_length():
+    with pytest.raises(ValueError, match="seqlens: expected one or more numbers .*, got '64'"):  # was "seqlen_k:
+        ex.long_context_table("64", queries=4, heads=1, head_dim=16)  # expected an int >= 1, got '6'"
+
+
+def test_head_input_range_checks_batch_and_head_dim():
+    q = torch.randn(1, 8, 4, 16)
+    for k in (torch.randn(2, 8, 2, 16), torch.randn(1, 8, 2, 8), torch.randn(1, 8, 0, 16)):  # were silent amaxes,
+        with pytest.raises(ValueError, match="head_input_range: expected q"):  # the last a ZeroDivisionError
+            ex.head_input_range(q, k, k)
+
+
+def test_fidelity_tables_refuse_a_path():
+    for f in (ex.fidelity_table, ex.long_context_record, ex.recorded_fa3_error, ex.accumulator_study):
+        with pytest.raises(TypeError, match=r"record: expected a fidelity record \(a dict"):  # was AttributeError
+            f(str(RECORD))  # "'str' object has no attribute 'get'"
+    with pytest.raises(ValueError, match="model: expected 'plain' or 'hopper', got 'hoper'"):  # was an empty table
+        ex.fidelity_table({}, "hoper")

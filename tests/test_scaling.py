@@ -729,3 +729,12 @@ def test_head_spread_sweep_breaks_one_per_tensor_scale_only():
     ref = attention_exact(qs, ks, vs, causal=True)[:, :, 2 * j:2 * j + 2]
     no_q = attention_exact(torch.zeros_like(qs), ks, vs, causal=True)[:, :, 2 * j:2 * j + 2]
     assert largest[24, "per tensor"] == pytest.approx(metrics.rel_l2(no_q, ref, per_head=True).max().item(), rel=0.05)
+
+
+def test_checkpoint_scales_refuse_non_dicts_and_bools():
+    # a str was read letter by letter ("unknown checkpoint scale(s) ['_', 'a', ...]"), None was "not iterable"
+    for bad in ("k_scale", None, [0.1, 0.2]):
+        with pytest.raises(TypeError, match="scales: expected a dict of checkpoint scales"):
+            resolve_checkpoint_scales(bad)
+    with pytest.raises(TypeError, match="k_scale: expected a number or a one-element tensor, got bool True"):
+        resolve_checkpoint_scales({"k_scale": True, "v_scale": 0.2})  # was k_scale = 1.0

@@ -353,3 +353,49 @@ def test_head_spread_sweep_checks_the_heads():
         ex.head_spread_sweep(q, k, v, [0.0])  # RuntimeError from the rescaling, "size of tensor a (6) must match"
     with pytest.raises(ValueError, match="head_spread_sweep: expected q"):
         ex.head_spread_sweep(q[0], k[0], v[0], [0.0])
+
+
+def test_sweeps_refuse_a_bare_number_or_str():
+    # each was "'float' object is not iterable", or a str read letter by letter ("'<' not supported...")
+    q, k, v = randn(1, 16, 4, 8, seed=31), randn(1, 16, 2, 8, seed=32), randn(1, 16, 2, 8, seed=33)
+    with pytest.raises(ValueError, match=r"q_amaxes: expected one or more numbers such as \[0.1, 1.0, 10.0\], got 10.0"):
+        ex.fallback_sweep(q, k, v, 10.0)
+    with pytest.raises(ValueError, match="ratios: expected one or more numbers"):
+        ex.fallback_q_over_k(q, k, v, "24")
+    with pytest.raises(ValueError, match=r"ratios: expected one or more numbers .*, got \[\]"):  # was pandas'
+        ex.fallback_q_over_k(q, k, v, [])  # "No objects to concatenate"
+    with pytest.raises(ValueError, match="spreads_log2: expected one or more numbers .*, got '12'"):
+        ex.head_spread_sweep(q, k, v, "12")
+    with pytest.raises(ValueError, match="percentiles: expected one or more numbers .*, got 99.0"):
+        ex.percentile_sqnr({"x": q}, {"x": k}, 99.0)
+
+
+def test_fallback_sweep_checks_q_k_v():
+    q, k, v = randn(1, 16, 4, 8, seed=34), randn(1, 16, 2, 8, seed=35), randn(1, 16, 2, 8, seed=36)
+    with pytest.raises(ValueError, match="k: expected a tensor with a nonzero value"):  # was a ZeroDivisionError
+        ex.fallback_sweep(q, torch.zeros_like(k), v, [1.0])
+    q[0, 3, 1, 2] = float("nan")
+    with pytest.raises(ValueError, match="q: expected finite values"):  # was "softmax_scale: ... got nan"
+        ex.fallback_sweep(q, k, v, [1.0])
+    with pytest.raises(ValueError, match="q_over_k: expected a finite number > 0, got '2'"):
+        ex.fallback_sweep(k, k, v, [1.0], q_over_k="2")
+
+
+def test_strategy_tables_check_their_arguments():
+    x = randn(1, 16, 4, 8, seed=37, scale=3.0)
+    with pytest.raises(TypeError, match=r"strategies: expected a ScaleStrategy per name, got \{'t': 'str'\}"):
+        ex.compare_strategies({"x": x}, {"t": "tensor"})  # was AttributeError: 'str' object has no attribute 'source'
+    with pytest.raises(TypeError, match="x: expected a float tensor"):  # was 'list' object has no attribute 'double'
+        ex.compare_strategies({"x": x.tolist()}, {"t": ScaleStrategy()})
+    with pytest.raises(TypeError, match="strategies: expected a dict of name -> ScaleStrategy, got list"):
+        ex.per_head_round_trip(x, [ScaleStrategy()])
+    # one tensor for the series used to run, silently, one step per batch row
+    with pytest.raises(TypeError, match=r"series: expected a list of tensors, one per step, got one tensor of shape "
+                                        r"\(1, 16, 4, 8\)"):
+        ex.delayed_trace(x, {"t": ScaleStrategy()})
+    assert len(ex.delayed_trace([x, 2 * x], {"t": ScaleStrategy()})) == 2
+
+
+def test_checkpoint_provenance_refuses_a_bare_mode():
+    with pytest.raises(ValueError, match=r"modes: expected a tuple of modes .*got the str 'vllm'"):  # was "emulate
+        ex.checkpoint_provenance({"ck": {"k_scale": 0.03, "v_scale": 0.5}}, "vllm")  # ... got 'v'"

@@ -22,6 +22,7 @@ from tqdm.auto import tqdm
 
 from fp8lab.data import make_qkv
 from fp8lab.formats import get_format
+from fp8lab.layout import check_max_offset, check_values
 from fp8lab.metrics import rel_l2, rmse
 from fp8lab.reference.attribution import attribute_error
 from fp8lab.reference.exact import attention_exact, dequantize
@@ -82,6 +83,21 @@ def _check_dists(dists: tuple[str, ...]) -> None:
     if isinstance(dists, str) or not len(dists):
         raise ValueError(f"dists: expected a tuple of one or more distribution names such as ('normal',), got "
                          f"{dists!r}")
+
+
+def _check_record(record: object, name: str = "record") -> None:
+    """`record` must be a fidelity record as `load_fidelity` returns it (a dict), not its path."""
+    if not isinstance(record, dict):
+        raise TypeError(f"{name}: expected a fidelity record (a dict: load_fidelity(path) reads one), got "
+                        f"{type(record).__name__} {record!r:.80}")
+
+
+def _offsets(offsets: tuple[float, ...]) -> list:
+    """`offsets`, each a valid FA3 max offset (a number in [0, 8])."""
+    offsets = check_values("offsets", offsets, "(0, 8)")
+    for off in offsets:
+        check_max_offset(off)
+    return offsets
 
 
 def _fake_quantized(x: torch.Tensor, granularity) -> torch.Tensor:
@@ -248,6 +264,7 @@ def p_cast_thresholds(offsets: tuple[float, ...] = (0, 8), fmt: str = "e4m3fn") 
     round to 0, half the smallest subnormal being a tie that rounds to even) and "subnormal below"
     (log2 of p / row max: below it P lands among the subnormals, with a fixed absolute step).
     """
+    offsets = _offsets(offsets)
     f = get_format(fmt)
     sub, normal = int(math.log2(f.min_subnormal)), int(math.log2(f.min_normal))
     return pd.DataFrame([{"max_offset": off, "zero at or below": sub - 1 - off, "subnormal below": normal - off}
@@ -258,6 +275,7 @@ def max_offset_table(dists: tuple[str, ...], offsets: tuple[float, ...] = (0, 2,
                      heads: int, head_dim: int, seed: int = 0, device: str | torch.device = "cpu") -> pd.DataFrame:
     """rel L2 of the P cast alone and of all steps, for each max offset and distribution (long format)."""
     _check_dists(dists)
+    offsets = _offsets(offsets)
     rows = []
     for dist in tqdm(dists, desc="max offset", leave=False):
         q, k, v = _inputs(dist, seqlen=seqlen, heads=heads, head_dim=head_dim, seed=seed, device=device)
@@ -275,9 +293,14 @@ def head_input_range(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch
     """The range of each query head's inputs: float64 (heads_q,), the amax over its Q and over its KV
     head's K and V (all batches and tokens). q (batch, seqlen_q, heads_q, d), k/v (batch, seqlen_k,
     heads_kv, d), heads_q a multiple of heads_kv (a GQA group shares its KV head's K and V)."""
-    if q.dim() != 4 or k.dim() != 4 or v.dim() != 4 or q.shape[2] % k.shape[2] or k.shape[2] != v.shape[2]:
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
+    if q.dim() != 4 or k.dim() != 4 or v.dim() != 4 or not k.shape[2] or q.shape[2] % k.shape[2] \
+            or k.shape[2] != v.shape[2] or not q.shape[0] == k.shape[0] == v.shape[0] \
+            or not q.shape[3] == k.shape[3] == v.shape[3]:
         raise ValueError(f"head_input_range: expected q (b, s, heads_q, d), k/v (b, s, heads_kv, d) with heads_q a "
-                         f"multiple of heads_kv, got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
+                         f"multiple of heads_kv (same b and d), got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
     group = q.shape[2] // k.shape[2]
 
     def amax(x: torch.Tensor) -> torch.Tensor:
@@ -366,6 +389,7 @@ def long_context_table(seqlens: tuple[int, ...], *, queries: int = 16, heads: in
     `queries` query rows attend to all keys (non-causal); V gets `v_offset` added so the
     accumulated P.V grows with the context as it does with real value vectors.
     """
+    seqlens = check_values("seqlens", seqlens, "(1024, 8192)")
     rows = []
     bn = fa3_block_n(head_dim)
     models = {"fp32 accumulate": None,
@@ -489,6 +513,9 @@ def fidelity_table(record: dict, model: str = "plain") -> pd.DataFrame:
     variant that models the provider (`model`: "plain" or "hopper", see `_variant_for`);
     best_variant is the variant with the smallest ratio among all that were swept.
     """
+    _check_record(record)
+    if model not in ("plain", "hopper"):  # checked here too: a record without cases never asks _variant_for
+        raise ValueError(f"model: expected 'plain' or 'hopper', got {model!r}")
     rows = []
     for c in record.get("cases", []):
         for prov, r in c.get("providers", {}).items():
@@ -535,6 +562,8 @@ def accumulator_study(*records: dict | None) -> dict:
     """The first of `records` that holds the accumulator-model study of every case ("hopper_all", else
     the four-case "accumulator_study"), or {} when none does. A live `measure_fidelity` run has none."""
     for record in records:
+        if record is not None:
+            _check_record(record)
         study = (record or {}).get("hopper_all") or (record or {}).get("accumulator_study")
         if study:
             return study
@@ -574,6 +603,7 @@ def long_context_hardware(record: dict | None, who: tuple[str, ...] = LONG_CONTE
 
 def long_context_record(record: dict) -> pd.DataFrame:
     """Long-context rows of a fidelity record: rel L2 vs exact for each provider and emulation variant."""
+    _check_record(record)
     rows = []
     cases = record.get("long_context", []) + record.get("accumulator_study", {}).get("long_context", [])
     for c in cases:

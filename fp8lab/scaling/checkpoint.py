@@ -71,6 +71,8 @@ def _scalar(name: str, value: object) -> float | None:
         if value.numel() != 1:
             raise ValueError(f"{name}: only per-tensor (one number) checkpoint scales are supported, got shape {tuple(value.shape)}")
         value = value.item()
+    if isinstance(value, bool):  # float(True) is 1.0: a flag, not a scale
+        raise TypeError(f"{name}: expected a number or a one-element tensor, got bool {value!r}")
     try:
         v = float(value)  # type: ignore[arg-type]
     except (TypeError, ValueError):
@@ -95,6 +97,9 @@ def resolve_checkpoint_scales(
     """
     if emulate not in ("intended", "vllm"):
         raise ValueError(f"emulate must be 'intended' or 'vllm', got {emulate!r}")
+    if not isinstance(scales, Mapping):  # a str would be read letter by letter as scale names
+        raise TypeError(f"scales: expected a dict of checkpoint scales such as {{'k_scale': 0.02, 'v_scale': 0.01}}, "
+                        f"got {type(scales).__name__} {scales!r}")
     unknown = sorted(set(scales) - set(CHECKPOINT_SCALE_NAMES))
     if unknown:
         raise ValueError(f"unknown checkpoint scale(s) {unknown}; expected some of {list(CHECKPOINT_SCALE_NAMES)}")

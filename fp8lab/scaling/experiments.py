@@ -16,6 +16,7 @@ import pandas as pd
 import torch
 
 from fp8lab import formats, metrics
+from fp8lab.layout import check_positive, check_values
 from fp8lab.scaling.calibration import DEFAULT_MSE_RATIOS, calibrate
 from fp8lab.scaling.checkpoint import resolve_checkpoint_scales
 from fp8lab.scaling.fa3 import (
@@ -32,6 +33,7 @@ from fp8lab.scaling.strategy import (
     DelayedAmax,
     ScaleStrategy,
     StaticAmax,
+    check_finite,
     compute_amax,
     dequantize,
     descale_from_amax,
@@ -94,6 +96,15 @@ def fa3_can_take(strategy: ScaleStrategy) -> bool:
     return isinstance(strategy.granularity, (PerTensor, PerHead))
 
 
+def _check_strategies(strategies: Mapping[str, ScaleStrategy]) -> None:
+    """`strategies` must map names to ScaleStrategy objects (a list or a bare name has no names)."""
+    if not isinstance(strategies, Mapping):
+        raise TypeError(f"strategies: expected a dict of name -> ScaleStrategy, got {type(strategies).__name__}")
+    bad = {name: type(s).__name__ for name, s in strategies.items() if not isinstance(s, ScaleStrategy)}
+    if bad:
+        raise TypeError(f"strategies: expected a ScaleStrategy per name, got {bad}")
+
+
 def _source_kind(strategy: ScaleStrategy) -> str:
     return {CurrentAmax: "current", StaticAmax: "static", DelayedAmax: "delayed"}[type(strategy.source)]
 
@@ -117,8 +128,12 @@ def compare_strategies(
     unknown = [m for m in metric_names if m not in metrics.METRICS]
     if isinstance(metric_names, str) or unknown:
         raise ValueError(f"metric_names: expected names from {METRIC_NAMES}, got {metric_names!r}")
+    if not isinstance(tensors, Mapping):
+        raise TypeError(f"tensors: expected a dict of name -> float tensor, got {type(tensors).__name__}")
+    _check_strategies(strategies)
     rows = []
     for tname, x in tensors.items():
+        check_finite(x, tname)
         ref = x.double()
         for sname, strat in strategies.items():
             if hasattr(strat.source, "reset"):
@@ -142,6 +157,10 @@ def delayed_trace(series: Sequence[torch.Tensor], strategies: Mapping[str, Scale
     Columns: step, strategy, descale (max over groups), ideal (amax/fp8_max of this step's tensor),
     saturated (fraction of elements beyond the format's max, i.e. clamped), rel_l2, sqnr.
     """
+    if isinstance(series, torch.Tensor):  # iterating one tensor would make each batch row a step
+        raise TypeError(f"series: expected a list of tensors, one per step, got one tensor of shape "
+                        f"{tuple(series.shape)}; pass [x] for a single step")
+    _check_strategies(strategies)
     rows = []
     for sname, strat in strategies.items():
         if hasattr(strat.source, "reset"):
@@ -188,12 +207,16 @@ def fallback_sweep(
     from fp8lab.reference import attention_exact  # the attention reference lives there
 
     rows = []
+    check_positive("q_over_k", q_over_k)
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        check_finite(t, name)
+    for name, t in (("q", q), ("k", k)):
+        if not bool((t != 0).any()):  # its range is rescaled to each target amax: 0 cannot be
+            raise ValueError(f"{name}: expected a tensor with a nonzero value (its range is rescaled), got all zeros")
     e4m3_max = ScaleStrategy().max
     heads_kv = k.shape[2]
     base_scale = q.shape[-1] ** -0.5
-    if not q_over_k > 0:
-        raise ValueError(f"q_over_k: expected a ratio > 0, got {q_over_k}")
-    q_amaxes = list(q_amaxes)
+    q_amaxes = check_values("q_amaxes", q_amaxes, "[0.1, 1.0, 10.0]")
     bad = [a for a in q_amaxes if not 0 < a < math.inf]
     if bad:  # 0 divides by zero below; a negative amax flips Q's sign
         raise ValueError(f"q_amaxes: expected finite amaxes > 0, got {bad[0]!r} in {q_amaxes}")
@@ -261,7 +284,7 @@ def head_spread_sweep(
                          f"multiple of heads_kv, got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
     heads_q, heads_kv = q.shape[2], k.shape[2]
     rows = []
-    for s in spreads_log2:
+    for s in check_values("spreads_log2", spreads_log2, "(0, 8, 16)"):
         f = head_factors(heads_kv, s / 2).double()[None, None, :, None]
         largest = torch.arange(heads_q) // (heads_q // heads_kv) == int(f.flatten().argmax())  # its query heads
         qs, ks, vs = q.double() / f.repeat_interleave(heads_q // heads_kv, dim=2), k.double() * f, v.double() * f
@@ -459,6 +482,7 @@ def percentile_sqnr(
     Index distribution; one column per percentile, "p<percentile>" (e.g. "p99.99", "p99").
     """
     _matching(tensors, calibs)
+    percentiles = check_values("percentiles", percentiles, "(99.99, 99.0)")
     rows = {}
     for dist, x in tensors.items():
         row = {}
@@ -478,6 +502,7 @@ def per_head_round_trip(x: torch.Tensor, strategies: Mapping[str, ScaleStrategy]
 
     Columns: head, strategy, sqnr (dB; 0 for a head flushed to zeros), head amax (max |x| over the head).
     """
+    _check_strategies(strategies)
     rows = []
     ref = x.double()
     head_amax = ref.abs().amax(dim=tuple(i for i in range(ref.dim()) if i != ref.dim() - 2))
@@ -644,6 +669,9 @@ def checkpoint_provenance(
     """q, k and v descales, and where each came from, as `resolve_checkpoint_scales` resolves each checkpoint
     (name -> {scale name: value}) in each mode. Index (checkpoint, mode); columns q, "q from", k, "k from",
     v, "v from"."""
+    if isinstance(modes, str):  # iterating "vllm" would ask for modes 'v', 'l', 'l', 'm'
+        raise ValueError(f"modes: expected a tuple of modes such as ('intended', 'vllm'), got the str {modes!r}; "
+                         f"pass ({modes!r},)")
     rows = []
     for name, ck in checkpoints.items():
         for mode in modes:
@@ -664,4 +692,5 @@ def fallback_q_over_k(
 ) -> pd.DataFrame:
     """`fallback_sweep` at one Q range, `q_amax`, for each ratio of Q's range over K's (the k_scale
     fallback's premise broken by that factor); its columns, one block of rows per ratio."""
+    ratios = check_values("ratios", ratios, "[1.0, 8.0, 64.0]")
     return pd.concat([fallback_sweep(q, k, v, [q_amax], causal=causal, q_over_k=r) for r in ratios], ignore_index=True)
