@@ -44,6 +44,8 @@ __all__ = [
     "roofline_ceilings",
     "values_per_descale",
     "records_frame",
+    "check_frame",
+    "check_one_version",
     "roofline_tflops",
     "bench_grid",
     "capture_graph",
@@ -653,6 +655,27 @@ def records_frame(directory: str | Path, section: str = "grid"):
     if not frames:
         raise FileNotFoundError(f"no bench_v*_{section}.json under {directory}")
     return pd.concat(frames, ignore_index=True)
+
+
+def check_frame(df: pd.DataFrame, columns: Iterable[str], what: str) -> None:
+    """TypeError unless `df` (`what`) is a pandas DataFrame; ValueError naming the `columns` it lacks,
+    and the ones it has."""
+    import pandas as pd
+
+    if not isinstance(df, pd.DataFrame):
+        raise TypeError(f"{what}: expected a pandas DataFrame, got {type(df).__name__}")
+    missing = [c for c in columns if c not in df.columns]
+    if missing:
+        raise ValueError(f"{what}: expected columns {list(columns)}, missing {missing}; got {list(df.columns)}")
+
+
+def check_one_version(df: pd.DataFrame, what: str) -> None:
+    """ValueError if `df` (`what`, e.g. from `records_frame`) holds the rows of more than one version:
+    a table or plot of repeats would then span every version's at once."""
+    versions = list(df["version"].unique()) if "version" in df else []
+    if len(versions) > 1:
+        raise ValueError(f"{what}: expected one version's record, got versions {versions}; pick one, e.g. "
+                         f"{what}[{what}['version'] == {versions[-1]!r}]")
 
 
 def long_context_headline(results_dir: str | Path) -> dict:

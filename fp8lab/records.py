@@ -23,6 +23,7 @@ from fp8lab.bench import (
     H200_CEILINGS,
     AttentionCase,
     attention_intensity,
+    check_frame,
     clocks_while_timed,
     exp2_ceiling_tflops,
     load_results,
@@ -83,15 +84,6 @@ GLUON = "fp8lab ws"
 FA3_FP8 = "fa3-fwd FP8"
 
 
-def _need(df: pd.DataFrame, columns: Iterable[str], what: str) -> None:
-    """ValueError naming the `columns` that `df` (`what`) lacks, and the ones it has."""
-    if not isinstance(df, pd.DataFrame):
-        raise TypeError(f"{what}: expected a pandas DataFrame, got {type(df).__name__}")
-    missing = [c for c in columns if c not in df.columns]
-    if missing:
-        raise ValueError(f"{what}: expected columns {list(columns)}, missing {missing}; got {list(df.columns)}")
-
-
 def version_key(version: str) -> tuple[int, str]:
     """Sort key of a record version, "v8a" -> (8, "a"): v2 before v10."""
     m = re.fullmatch(r"v(\d+)([a-z]?)", str(version))
@@ -107,7 +99,7 @@ def version_key(version: str) -> tuple[int, str]:
 def grid_rows(grid_all: pd.DataFrame, version: str) -> pd.DataFrame:
     """The timed rows (tflops not NaN) of one version of `records_frame(d, "grid")`; a ValueError
     naming the recorded versions if `version` is not one."""
-    _need(grid_all, ("version", "tflops"), "grid_all")
+    check_frame(grid_all, ("version", "tflops"), "grid_all")
     versions = sorted(grid_all["version"].unique(), key=version_key)
     if version not in versions:
         raise ValueError(f"record_version: expected one of {versions} (a bench_<version>_grid.json), got {version!r}")
@@ -117,7 +109,7 @@ def grid_rows(grid_all: pd.DataFrame, version: str) -> pd.DataFrame:
 def provider_table(grid: pd.DataFrame, value: str = "tflops") -> pd.DataFrame:
     """A grid as a table: one row per case, one column per provider (both in record order), `value`
     (TFLOP/s) in the cells, NaN where a provider was not timed."""
-    _need(grid, ("case", "provider", value), "grid")
+    check_frame(grid, ("case", "provider", value), "grid")
     return grid.pivot_table(index="case", columns="provider", values=value, sort=False)
 
 
@@ -131,7 +123,7 @@ def record_context(path: str | Path, keys: Iterable[str] = ("gpu", "driver", "to
 def fastest_kernel(grid: pd.DataFrame, kernels: Iterable[str] = GRID_KERNELS) -> pd.DataFrame:
     """Per case (in record order), the grid's row of the faster of our `kernels` (highest tflops);
     its `provider` says which."""
-    _need(grid, ("case", "provider", "tflops"), "grid")
+    check_frame(grid, ("case", "provider", "tflops"), "grid")
     mine = grid[grid["provider"].isin(list(kernels))]
     if mine.empty:
         raise ValueError(f"grid: no rows of {list(kernels)}")
@@ -151,7 +143,7 @@ def target_table(grid: pd.DataFrame, against: str = FA3_FP8, target: float = 0.9
     "beats <label>": our faster kernel's TFLOP/s above that provider's (NaN where it was not timed).
     """
     beat = {"FA3 bf16": "fa3-fwd bf16", "vLLM FP8 varlen": "vLLM FA3 FP8 varlen"} if beat is None else beat
-    _need(grid, ("case", "provider", "tflops", "head_dim", "seqlen", "causal"), "grid")
+    check_frame(grid, ("case", "provider", "tflops", "head_dim", "seqlen", "causal"), "grid")
     table = provider_table(grid)
     if against not in table:
         raise ValueError(f"grid: no {against!r} rows to compare against")
@@ -578,7 +570,7 @@ def probe_ranges(path: str | Path, value: str = "frac_copy_graph") -> tuple[pd.D
     record's order, "lo-hi" of `value` over the rounds (3 decimals); and whether every row gave two
     passes' bits."""
     rows = pd.DataFrame(load_results(path)["rows"])
-    _need(rows, ["shape", "setting", value, "same_bits"], f"{path}: a settings probe's rows")
+    check_frame(rows, ["shape", "setting", value, "same_bits"], f"{path}: a settings probe's rows")
     spans = rows.groupby(["shape", "setting"], sort=False)[value].agg(["min", "max"])
     text = pd.Series([f"{lo:.3f}" if f"{lo:.3f}" == f"{hi:.3f}" else f"{lo:.3f}-{hi:.3f}"
                       for lo, hi in spans.to_numpy()], index=spans.index)

@@ -14,8 +14,8 @@ import torch
 import triton
 import triton.language as tl
 
-from fp8lab.bench import (load_results, long_context_headline, mbarrier_waits, read_clock_log, read_ncu_raw,
-                          read_ncu_sass, records_frame)
+from fp8lab.bench import (check_one_version, load_results, long_context_headline, mbarrier_waits, read_clock_log,
+                          read_ncu_raw, read_ncu_sass, records_frame)
 from fp8lab.env import triton_interpret
 from fp8lab.formats import cast_to_fp8, get_format
 from fp8lab.layout import check_attention_inputs, check_count, check_softmax_scale
@@ -590,10 +590,7 @@ def quant_split_table(shapes: pd.DataFrame, copy_tbps: float | None = None) -> p
     `copy_tbps` (e.g. the issue's 4.3 TB/s)."""
     if copy_tbps is not None and (not isinstance(copy_tbps, numbers.Real) or not 0 < copy_tbps < math.inf):
         raise ValueError(f"copy_tbps: expected TB/s, a finite number > 0, or None, got {copy_tbps!r}")
-    versions = list(shapes["version"].unique()) if "version" in shapes else []
-    if len(versions) > 1:  # min and max would run over every version's repeats at once
-        raise ValueError(f"shapes: expected one version's record, got versions {versions}; pick one, e.g. "
-                         f"shapes[shapes['version'] == {versions[-1]!r}]")
+    check_one_version(shapes, "shapes")
     frac = shapes["frac_copy_graph"]
     if copy_tbps is not None:
         frac = frac * shapes["copy_tbps_graph"] / copy_tbps

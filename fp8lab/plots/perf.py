@@ -11,6 +11,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 import seaborn as sns
 
+from fp8lab.bench import check_frame, check_one_version
 from fp8lab.layout import check_positive
 
 __all__ = [
@@ -31,13 +32,9 @@ __all__ = [
 
 
 def _frame(df: pd.DataFrame, columns: tuple[str, ...], what: str) -> None:
-    """TypeError unless `df` is a DataFrame; ValueError naming the `columns` it lacks, or if it has no rows
-    (seaborn draws an empty figure without a word)."""
-    if not isinstance(df, pd.DataFrame):
-        raise TypeError(f"{what}: expected a pandas DataFrame, got {type(df).__name__}")
-    missing = [c for c in columns if c not in df.columns]
-    if missing:
-        raise ValueError(f"{what}: expected columns {list(columns)}, missing {missing}; got {list(df.columns)}")
+    """`bench.check_frame`, and a ValueError if `df` has no rows (seaborn draws an empty figure
+    without a word)."""
+    check_frame(df, columns, what)
     if df.empty:
         raise ValueError(f"{what}: expected rows to plot, got an empty DataFrame")
 
@@ -141,10 +138,7 @@ def plot_quant_shapes(df: pd.DataFrame, target: float = 0.85, issue_copy_tbps: f
     size, kernel, frac_copy_graph, copy_tbps_graph; repeats as the min-max bar), against the target
     line, as a fraction of the copy timed in the same run and, dotted, of `issue_copy_tbps`."""
     _frame(df, ("batch", "size", "kernel", "frac_copy_graph", "copy_tbps_graph"), "df")
-    versions = list(df["version"].unique()) if "version" in df else []
-    if len(versions) > 1:  # each bar would span every version's repeats
-        raise ValueError(f"df: expected one version's record, got versions {versions}; pick one, e.g. "
-                         f"df[df['version'] == {versions[-1]!r}]")
+    check_one_version(df, "df")
     ax = ax or plt.subplots(figsize=(9, 4))[1]
     df = df.assign(split=df["size"].str.split(" ").str[0].str.rsplit("x", n=2).str[0])  # "4x4096x32x128 (..)" -> "4x4096"
     order = df.sort_values("batch")["split"].unique()
