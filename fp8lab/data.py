@@ -81,30 +81,29 @@ def _head_ranges(q, k, v, gen, *, head_range_log2: float = 6.0):
     return q * factors(q.shape[2]), k * factors(k.shape[2]), v * factors(v.shape[2])
 
 
-# Each distribution's knobs: (name, least value, whether it must be an int); outlier_prob is also <= 1.
-_OPTIONS: dict[str, tuple[tuple[str, float, bool], ...]] = {
+# Each distribution's knobs: (name, least value, greatest value, whether it must be an int).
+_OPTIONS: dict[str, tuple[tuple[str, float, float, bool], ...]] = {
     "normal": (),
-    "fa3_outliers": (("outlier_prob", 0.0, False), ("outlier_std", 0.0, False)),
-    "outlier_channels": (("n_channels", 0, True), ("channel_scale", -math.inf, False),
-                         ("channel_shift", -math.inf, False)),
-    "sinks": (("n_sinks", 0, True), ("sink_scale", -math.inf, False)),
-    "head_ranges": (("head_range_log2", 0.0, False),),
+    "fa3_outliers": (("outlier_prob", 0.0, 1.0, False), ("outlier_std", 0.0, math.inf, False)),
+    "outlier_channels": (("n_channels", 0, math.inf, True), ("channel_scale", -math.inf, math.inf, False),
+                         ("channel_shift", -math.inf, math.inf, False)),
+    "sinks": (("n_sinks", 0, math.inf, True), ("sink_scale", -math.inf, math.inf, False)),
+    "head_ranges": (("head_range_log2", 0.0, math.inf, False),),
 }
 
 
 def _check_options(name: str, options: dict[str, object]) -> None:
     """`options` must be `name`'s knobs (`_OPTIONS`): counts ints >= 0, the rest finite numbers in range."""
-    known = {k: (least, integer) for k, least, integer in _OPTIONS[name]}
+    known = {k: (least, high, integer) for k, least, high, integer in _OPTIONS[name]}
     unknown = sorted(set(options) - set(known))
     if unknown:
         takes = f"expected some of {sorted(known)}" if known else "it takes none"
         raise TypeError(f"{name}: unexpected options {unknown}; {takes}")
     for k, v in options.items():
-        least, integer = known[k]
+        least, high, integer = known[k]
         if integer:
             check_count(k, v, int(least))
             continue
-        high = 1.0 if k == "outlier_prob" else math.inf
         if isinstance(v, bool) or not isinstance(v, numbers.Real) or not (least <= v <= high and math.isfinite(v)):
             raise ValueError(f"{k}: expected a finite number in [{least:g}, {high:g}], got {v!r}")
 
